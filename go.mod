@@ -1,0 +1,3 @@
+module github.com/macpd/macpd
+
+go 1.25
