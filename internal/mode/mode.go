@@ -1,0 +1,68 @@
+package mode
+
+import (
+	"slices"
+
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/policy"
+)
+
+// Binding is what a session was bound to at SessionStart. It is immutable
+// for the life of the session and identical on replay.
+type Binding struct {
+	SessionID            string
+	Mode                 string
+	ModeVersion          string
+	ConfigurationVersion string
+	// PolicyVersion is the effective policy id ("policy.default" when the
+	// SessionStart left it empty).
+	PolicyVersion string
+	Policy        *policy.Policy
+	Initiator     string
+	// Participants are the declared participants in SessionStart order.
+	Participants []string
+}
+
+// IsParticipant reports whether id is a declared participant.
+func (b *Binding) IsParticipant(id string) bool {
+	return slices.Contains(b.Participants, id)
+}
+
+// Message is one session-scoped envelope as a mode sees it. The sender is
+// the authenticated identity.
+type Message struct {
+	Type    string
+	ID      string
+	Sender  string
+	Payload []byte
+}
+
+// Mode is a coordination mode implementation.
+type Mode interface {
+	// Descriptor describes the mode for discovery (ListModes, ListExtModes).
+	// Callers must not modify the returned value.
+	Descriptor() *macpv1.ModeDescriptor
+	// Start checks the mode's SessionStart requirements on the binding
+	// (e.g. participants required) and returns the initial state. Errors
+	// carry INVALID_ENVELOPE.
+	Start(b *Binding) (State, error)
+}
+
+// State is the mode-specific state of one session.
+type State interface {
+	// Step validates and applies one non-Commitment message: authority
+	// first (FORBIDDEN), then decoding, references and phase
+	// (INVALID_ENVELOPE; also for a type the mode does not define). On
+	// error nothing changed.
+	Step(b *Binding, m *Message) error
+	// Commit validates and applies a Commitment whose authority, payload
+	// shape and version binding the core has already checked: session
+	// eligibility (INVALID_ENVELOPE) and the bound policy's rules
+	// (POLICY_DENIED). On error nothing changed; on nil the session
+	// resolves.
+	Commit(b *Binding, m *Message, c *macpv1.CommitmentPayload) error
+	// Project returns a JSON-compatible view of the state (string-keyed
+	// maps, slices, strings, numbers, bools) used by conformance checks,
+	// replay-equivalence checks and diagnostics.
+	Project() map[string]any
+}

@@ -1,0 +1,9 @@
+// Package policy holds governance policies (RFC-MACP-0012) as pure values:
+// the descriptor bound to a session at SessionStart, its parsed rules, and
+// the checks the session core runs when a Commitment arrives.
+//
+// Contract: no clock, no I/O, no goroutines. A Policy is immutable once
+// parsed; sessions keep the exact descriptor they were bound to, so a later
+// registry change never affects them (RFC-MACP-0012 §6.1) and replay
+// evaluates the same rules (RFC-MACP-0003 §3).
+package policy

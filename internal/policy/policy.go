@@ -1,0 +1,137 @@
+package policy
+
+import (
+	"encoding/json"
+	"slices"
+
+	"github.com/macpd/macpd/internal/coord"
+)
+
+// Descriptor mirrors macp.v1.PolicyDescriptor without the runtime-set
+// registration time, which never influences evaluation (RFC-MACP-0012 §6.3:
+// policy equality is id + schema_version + rules).
+type Descriptor struct {
+	ID            string
+	Mode          string // a mode id, or "*"
+	Description   string
+	Rules         string // JSON object text
+	SchemaVersion uint32
+}
+
+// Default is the always-registered policy.default: no constraints beyond the
+// modes' own rules (RFC-MACP-0012 §4).
+func Default() Descriptor {
+	return Descriptor{
+		ID:            coord.DefaultPolicyID,
+		Mode:          "*",
+		Description:   "Default policy: no additional governance constraints; mode rules apply.",
+		Rules:         "{}",
+		SchemaVersion: 1,
+	}
+}
+
+// Authority values of commitment.authority (RFC-MACP-0012 §5).
+const (
+	AuthorityInitiatorOnly  = "initiator_only"
+	AuthorityAnyParticipant = "any_participant"
+	AuthorityDesignatedRole = "designated_role"
+)
+
+// CommitmentRules is the mode-independent commitment section every rule
+// schema shares.
+type CommitmentRules struct {
+	Authority       string   `json:"authority"`
+	DesignatedRoles []string `json:"designated_roles"`
+}
+
+// Policy is a parsed, validated descriptor. Mode-specific sections are kept
+// as raw JSON for the mode that owns them to decode (see Section).
+type Policy struct {
+	Descriptor Descriptor
+	Commitment CommitmentRules
+	sections   map[string]json.RawMessage
+}
+
+// Parse validates a descriptor's common structure and returns the Policy.
+// Errors carry INVALID_POLICY_DEFINITION.
+func Parse(d Descriptor) (*Policy, error) {
+	if d.ID == "" {
+		return nil, coord.Errorf(coord.CodeInvalidPolicyDefinition, "policy_id is required")
+	}
+	if d.SchemaVersion != 1 {
+		return nil, coord.Errorf(coord.CodeInvalidPolicyDefinition, "unsupported schema_version %d", d.SchemaVersion)
+	}
+	rules := d.Rules
+	if rules == "" {
+		rules = "{}"
+	}
+	var sections map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(rules), &sections); err != nil || sections == nil {
+		return nil, coord.Errorf(coord.CodeInvalidPolicyDefinition, "rules must be a JSON object")
+	}
+	p := &Policy{Descriptor: d, sections: sections}
+	p.Commitment.Authority = AuthorityInitiatorOnly
+	if raw, ok := sections["commitment"]; ok {
+		if err := json.Unmarshal(raw, &p.Commitment); err != nil {
+			return nil, coord.Errorf(coord.CodeInvalidPolicyDefinition, "commitment: %v", err)
+		}
+		switch p.Commitment.Authority {
+		case "":
+			p.Commitment.Authority = AuthorityInitiatorOnly
+		case AuthorityInitiatorOnly, AuthorityAnyParticipant:
+		case AuthorityDesignatedRole:
+			if len(p.Commitment.DesignatedRoles) == 0 {
+				return nil, coord.Errorf(coord.CodeInvalidPolicyDefinition, "commitment.designated_roles is required for designated_role")
+			}
+		default:
+			return nil, coord.Errorf(coord.CodeInvalidPolicyDefinition, "unknown commitment.authority %q", p.Commitment.Authority)
+		}
+	}
+	return p, nil
+}
+
+// MustDefault returns the parsed default policy.
+func MustDefault() *Policy {
+	p, err := Parse(Default())
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// Section returns the raw JSON of a top-level rules section, or nil.
+func (p *Policy) Section(name string) json.RawMessage {
+	return p.sections[name]
+}
+
+// MayCommit reports whether sender holds commitment authority in a session
+// with the given initiator and declared participants (RFC-MACP-0012 §5,
+// MODE-4: the default authority is the initiator).
+func (p *Policy) MayCommit(sender, initiator string, participants []string) bool {
+	switch p.Commitment.Authority {
+	case AuthorityAnyParticipant:
+		return sender == initiator || slices.Contains(participants, sender)
+	case AuthorityDesignatedRole:
+		return slices.Contains(p.Commitment.DesignatedRoles, sender)
+	default:
+		return sender == initiator
+	}
+}
+
+// Lookup resolves policy ids for SessionStart. Implementations live in the
+// shell (the policy registry); the core only reads.
+type Lookup interface {
+	// Policy returns the descriptor registered under id.
+	Policy(id string) (Descriptor, bool)
+}
+
+// DefaultOnly is a Lookup that knows only policy.default.
+type DefaultOnly struct{}
+
+// Policy implements Lookup.
+func (DefaultOnly) Policy(id string) (Descriptor, bool) {
+	if id == coord.DefaultPolicyID {
+		return Default(), true
+	}
+	return Descriptor{}, false
+}

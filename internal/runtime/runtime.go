@@ -1,0 +1,704 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/mode"
+	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/session"
+	"github.com/macpd/macpd/internal/store"
+)
+
+// Options configure a Runtime. The zero value of each field selects its
+// default.
+type Options struct {
+	Limits session.Limits
+	// MaxOpenSessionsPerInitiator caps OPEN sessions one identity may have
+	// initiated (RATE_LIMITED beyond); 0 = no cap. An identity's own
+	// Capabilities.MaxOpenSessions overrides it.
+	MaxOpenSessionsPerInitiator int
+	// MaxCommitBatch caps how many commit requests one store append groups.
+	MaxCommitBatch int
+	// SubscriberBuffer bounds each watch subscriber's queue.
+	SubscriberBuffer int
+	// Now is the clock; defaults to time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+func (o *Options) ensureDefaults() {
+	if o.Limits == (session.Limits{}) {
+		o.Limits = session.DefaultLimits()
+	}
+	if o.MaxCommitBatch <= 0 {
+		o.MaxCommitBatch = 256
+	}
+	if o.SubscriberBuffer <= 0 {
+		o.SubscriberBuffer = 1024
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// LifecycleEvent is a session lifecycle change (WatchSessions).
+type LifecycleEvent struct {
+	Type       macpv1.SessionLifecycleEvent_EventType
+	Session    *macpv1.SessionMetadata
+	ObservedMs int64
+}
+
+// Runtime owns all sessions. Create it with New, start it with Start, stop
+// it with Close.
+type Runtime struct {
+	opts     Options
+	store    store.Store
+	modes    atomic.Pointer[mode.Registry]
+	policies policy.Lookup
+	log      *slog.Logger
+
+	mu       sync.RWMutex
+	sessions map[string]*owner
+	openBy   map[string]int // OPEN sessions per initiator (durable or in flight)
+
+	commits chan *commitReq
+	timers  *timerLoop
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	closing atomic.Bool
+
+	// Signals carries every accepted ambient Signal/Progress envelope.
+	Signals *Hub[*macpv1.Envelope]
+	// Lifecycle carries CREATED/RESOLVED/EXPIRED events after they are durable.
+	Lifecycle *Hub[LifecycleEvent]
+	// Registry carries mode-registry change hints.
+	Registry *Hub[int64]
+}
+
+// owner is the single owner of one session. mu serializes decisions; the
+// committer never takes mu.
+type owner struct {
+	id        string
+	initiator string // immutable
+	mu        sync.Mutex
+	sess *session.Session // nil only while the owner is being created
+	// epoch increments each time the session is rebuilt from the store
+	// after a failed append; guarded by mu.
+	epoch  uint64
+	broken atomic.Uint64 // epoch+1 of a failed append, 0 if none
+
+	durableMu  sync.Mutex
+	durableSeq uint64
+	durableCh  chan struct{} // closed and replaced when durableSeq advances
+}
+
+type commitReq struct {
+	o      *owner
+	epoch  uint64
+	recs   []session.Record
+	events []LifecycleEvent
+	done   chan error
+}
+
+// New builds a Runtime over st with the given modes and policies.
+func New(st store.Store, modes *mode.Registry, policies policy.Lookup, opts Options) *Runtime {
+	opts.ensureDefaults()
+	r := &Runtime{
+		opts:      opts,
+		store:     st,
+		policies:  policies,
+		log:       opts.Logger,
+		sessions:  make(map[string]*owner),
+		openBy:    make(map[string]int),
+		commits:   make(chan *commitReq, 4096),
+		stop:      make(chan struct{}),
+		Signals:   NewHub[*macpv1.Envelope](opts.SubscriberBuffer),
+		Lifecycle: NewHub[LifecycleEvent](opts.SubscriberBuffer),
+		Registry:  NewHub[int64](16),
+	}
+	r.modes.Store(modes)
+	r.timers = newTimerLoop(opts.Now, r.expireByTimer)
+	return r
+}
+
+// Start recovers stored sessions and starts the background loops.
+func (r *Runtime) Start(ctx context.Context) error {
+	if err := r.recover(ctx); err != nil {
+		return err
+	}
+	r.wg.Add(2)
+	go func() { defer r.wg.Done(); r.commitLoop() }()
+	go func() { defer r.wg.Done(); r.timers.run(r.stop) }()
+	return nil
+}
+
+// Close stops the loops after in-flight commits finish. It does not close
+// the store.
+func (r *Runtime) Close() {
+	if r.closing.Swap(true) {
+		return
+	}
+	close(r.stop)
+	r.wg.Wait()
+}
+
+// Modes returns the current mode registry.
+func (r *Runtime) Modes() *mode.Registry { return r.modes.Load() }
+
+// SetModes swaps the mode registry and notifies registry watchers.
+func (r *Runtime) SetModes(reg *mode.Registry) {
+	r.modes.Store(reg)
+	r.Registry.Publish(r.nowMs())
+}
+
+func (r *Runtime) nowMs() int64 { return r.opts.Now().UnixMilli() }
+
+// Limits returns the admission limits.
+func (r *Runtime) Limits() session.Limits { return r.opts.Limits }
+
+func (r *Runtime) deps() session.Deps {
+	return session.Deps{Modes: r.modes.Load(), Policies: r.policies, Limits: r.opts.Limits}
+}
+
+// recover rebuilds every stored session by replay.
+func (r *Runtime) recover(ctx context.Context) error {
+	var ids []string
+	if err := r.store.Sessions(ctx, func(id string) error { ids = append(ids, id); return nil }); err != nil {
+		return fmt.Errorf("runtime: listing stored sessions: %w", err)
+	}
+	for _, id := range ids {
+		s, err := r.replay(ctx, id)
+		if err != nil {
+			return fmt.Errorf("runtime: recovering session %s: %w", id, err)
+		}
+		o := &owner{id: id, initiator: s.Binding.Initiator, sess: s, durableSeq: s.Seq, durableCh: make(chan struct{})}
+		r.sessions[id] = o
+		if s.Status == session.Open {
+			r.openBy[s.Binding.Initiator]++
+			r.timers.add(id, s.DeadlineMs)
+		}
+	}
+	if len(ids) > 0 {
+		r.log.Info("recovered sessions", "count", len(ids))
+	}
+	return nil
+}
+
+// replay folds a session's stored history through the core.
+func (r *Runtime) replay(ctx context.Context, id string) (*session.Session, error) {
+	var s *session.Session
+	err := r.store.Read(ctx, id, 1, func(rec session.Record) error {
+		if s == nil {
+			var err error
+			s, err = session.Restore(rec, r.modes.Load())
+			return err
+		}
+		return s.Apply(rec, r.opts.Limits)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if s == nil {
+		return nil, store.ErrNotFound
+	}
+	return s, nil
+}
+
+// commitLoop groups queued commit requests into store appends.
+func (r *Runtime) commitLoop() {
+	batch := make([]*commitReq, 0, r.opts.MaxCommitBatch)
+	var recs []session.Record
+	for {
+		var first *commitReq
+		select {
+		case first = <-r.commits:
+		case <-r.stop:
+			// Drain what is queued so no waiter hangs.
+			for {
+				select {
+				case req := <-r.commits:
+					req.done <- store.ErrClosed
+				default:
+					return
+				}
+			}
+		}
+		batch = append(batch[:0], first)
+	fill:
+		for len(batch) < r.opts.MaxCommitBatch {
+			select {
+			case req := <-r.commits:
+				batch = append(batch, req)
+			default:
+				break fill
+			}
+		}
+		recs = recs[:0]
+		for _, req := range batch {
+			recs = append(recs, req.recs...)
+		}
+		err := r.store.Append(context.Background(), recs)
+		if err != nil {
+			r.log.Error("store append failed", "records", len(recs), "err", err)
+		}
+		for _, req := range batch {
+			if err != nil {
+				req.o.broken.CompareAndSwap(0, req.epoch+1)
+			} else {
+				r.completed(req)
+			}
+			req.done <- err
+		}
+	}
+}
+
+// completed runs after req's records are durable, in commit order.
+func (r *Runtime) completed(req *commitReq) {
+	o := req.o
+	last := req.recs[len(req.recs)-1]
+	o.durableMu.Lock()
+	o.durableSeq = last.Seq
+	close(o.durableCh)
+	o.durableCh = make(chan struct{})
+	o.durableMu.Unlock()
+	for _, ev := range req.events {
+		r.Lifecycle.Publish(ev)
+	}
+}
+
+// enqueue queues records for durable append; the caller holds o.mu.
+func (r *Runtime) enqueue(o *owner, recs []session.Record, events []LifecycleEvent) chan error {
+	done := make(chan error, 1)
+	if len(recs) == 0 {
+		done <- nil
+		return done
+	}
+	if r.closing.Load() {
+		done <- store.ErrClosed
+		return done
+	}
+	r.commits <- &commitReq{o: o, epoch: o.epoch, recs: recs, events: events, done: done}
+	return done
+}
+
+// heal rebuilds o.sess from the store after a failed append; caller holds
+// o.mu. It waits for the session's in-flight requests to drain first.
+func (r *Runtime) heal(ctx context.Context, o *owner) error {
+	if o.broken.Load() != o.epoch+1 {
+		return nil
+	}
+	s, err := r.replay(ctx, o.id)
+	if err != nil {
+		return err
+	}
+	o.sess = s
+	o.epoch++
+	o.broken.Store(0)
+	o.durableMu.Lock()
+	o.durableSeq = s.Seq
+	o.durableMu.Unlock()
+	if s.Status == session.Open {
+		// The failed append may have been the expiry itself.
+		r.timers.add(o.id, s.DeadlineMs)
+	}
+	r.log.Warn("session rebuilt from store after a failed append", "session_id", o.id, "seq", s.Seq)
+	return nil
+}
+
+// lookup returns the owner of a session, or nil.
+func (r *Runtime) lookup(id string) *owner {
+	r.mu.RLock()
+	o := r.sessions[id]
+	r.mu.RUnlock()
+	return o
+}
+
+// lockSession finds and locks a session's owner, healing it if a previous
+// append failed. It returns nil if the session is unknown.
+func (r *Runtime) lockSession(ctx context.Context, id string) (*owner, *coord.Error) {
+	o := r.lookup(id)
+	if o == nil {
+		return nil, coord.Errorf(coord.CodeSessionNotFound, "session %s not found", id)
+	}
+	o.mu.Lock()
+	if o.sess == nil {
+		o.mu.Unlock()
+		return nil, coord.Errorf(coord.CodeSessionNotFound, "session %s not found", id)
+	}
+	if err := r.heal(ctx, o); err != nil {
+		o.mu.Unlock()
+		r.log.Error("rebuilding session failed", "session_id", id, "err", err)
+		return nil, coord.Errorf(coord.CodeInternalError, "session %s is unavailable", id)
+	}
+	return o, nil
+}
+
+// Send admits one envelope from an authenticated identity and returns its
+// Ack (RFC-MACP-0001 §7-8). The sender is always the identity's
+// (RFC-MACP-0004 §3): a different self-asserted sender is overwritten.
+func (r *Runtime) Send(ctx context.Context, id coord.Identity, env *macpv1.Envelope) *macpv1.Ack {
+	if env == nil {
+		return nackFor(nil, coord.Errorf(coord.CodeInvalidEnvelope, "envelope is required"), 0)
+	}
+	env.Sender = id.Sender
+	if err := session.CheckEnvelope(env, r.opts.Limits); err != nil {
+		return nackFor(env, err, 0)
+	}
+	switch env.MessageType {
+	case coord.TypeSignal, coord.TypeProgress:
+		return r.sendAmbient(ctx, id, env)
+	case coord.TypeSessionStart:
+		return r.startSession(ctx, id, env)
+	}
+	return r.step(ctx, env)
+}
+
+// step offers a session-scoped envelope (sender bound, structure checked) to
+// its session.
+func (r *Runtime) step(ctx context.Context, env *macpv1.Envelope) *macpv1.Ack {
+	o, cerr := r.lockSession(ctx, env.SessionId)
+	if cerr != nil {
+		return nackFor(env, cerr, 0)
+	}
+	now := r.nowMs()
+	before := o.sess.Status
+	out := o.sess.Step(env, now, r.opts.Limits)
+	state := o.sess.Status
+	var events []LifecycleEvent
+	if before == session.Open && state.Terminal() {
+		events = append(events, r.terminalEvent(o.sess, now))
+	}
+	done := r.enqueue(o, out.Records, events)
+	o.mu.Unlock()
+	if err := r.await(ctx, done); err != nil {
+		return nackFor(env, coord.Errorf(coord.CodeInternalError, "the message could not be stored"), 0)
+	}
+	if before == session.Open && state.Terminal() {
+		r.closedOpen(o)
+	}
+	switch {
+	case out.Duplicate:
+		return &macpv1.Ack{Ok: true, Duplicate: true, MessageId: env.MessageId, SessionId: env.SessionId, AcceptedAtUnixMs: now, SessionState: state.Proto()}
+	case out.Err != nil:
+		return nackFor(env, out.Err, state.Proto())
+	}
+	return &macpv1.Ack{Ok: true, MessageId: env.MessageId, SessionId: env.SessionId, AcceptedAtUnixMs: now, SessionState: state.Proto()}
+}
+
+// await waits for a commit; if ctx ends first the commit still completes in
+// the background, but the caller gets an error and must not ack.
+func (r *Runtime) await(ctx context.Context, done chan error) error {
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *Runtime) terminalEvent(s *session.Session, now int64) LifecycleEvent {
+	t := macpv1.SessionLifecycleEvent_EVENT_TYPE_EXPIRED
+	if s.Status == session.Resolved {
+		t = macpv1.SessionLifecycleEvent_EVENT_TYPE_RESOLVED
+	}
+	return LifecycleEvent{Type: t, Session: s.Metadata(), ObservedMs: now}
+}
+
+// closedOpen updates the per-initiator OPEN count after a session ended.
+func (r *Runtime) closedOpen(o *owner) {
+	r.mu.Lock()
+	if r.openBy[o.initiator] > 0 {
+		r.openBy[o.initiator]--
+	}
+	r.mu.Unlock()
+}
+
+func (r *Runtime) startSession(ctx context.Context, id coord.Identity, env *macpv1.Envelope) *macpv1.Ack {
+	if id.Caps.CannotStartSessions {
+		return nackFor(env, coord.Errorf(coord.CodeForbidden, "%s may not start sessions", id.Sender), 0)
+	}
+	if !id.Caps.AllowsMode(env.Mode) {
+		return nackFor(env, coord.Errorf(coord.CodeForbidden, "%s may not start %s sessions", id.Sender, env.Mode), 0)
+	}
+	now := r.nowMs()
+	// An existing session answers for itself: a resend of its SessionStart
+	// is a duplicate, anything else SESSION_ALREADY_EXISTS.
+	if o := r.lookup(env.SessionId); o != nil {
+		return r.step(ctx, env)
+	}
+	s, rec, err := session.Start(env, now, r.deps())
+	if err != nil {
+		return nackFor(env, coord.AsError(err), 0)
+	}
+	o := &owner{id: env.SessionId, initiator: id.Sender, sess: s, durableCh: make(chan struct{})}
+	// o is not visible to anyone until it is in the map, so locking it
+	// before r.mu cannot deadlock.
+	o.mu.Lock()
+	r.mu.Lock()
+	if _, taken := r.sessions[env.SessionId]; taken {
+		r.mu.Unlock()
+		o.mu.Unlock()
+		return r.step(ctx, env)
+	}
+	limit := r.opts.MaxOpenSessionsPerInitiator
+	if id.Caps.MaxOpenSessions > 0 {
+		limit = id.Caps.MaxOpenSessions
+	}
+	if limit > 0 && r.openBy[id.Sender] >= limit {
+		r.mu.Unlock()
+		o.mu.Unlock()
+		return nackFor(env, coord.Errorf(coord.CodeRateLimited, "%s already has %d open sessions", id.Sender, limit), 0)
+	}
+	r.sessions[env.SessionId] = o
+	r.openBy[id.Sender]++
+	r.mu.Unlock()
+	ev := LifecycleEvent{Type: macpv1.SessionLifecycleEvent_EVENT_TYPE_CREATED, Session: s.Metadata(), ObservedMs: now}
+	done := r.enqueue(o, []session.Record{rec}, []LifecycleEvent{ev})
+	o.mu.Unlock()
+	if err := r.await(ctx, done); err != nil {
+		if errors.Is(err, store.ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return nackFor(env, coord.Errorf(coord.CodeInternalError, "the session could not be stored"), 0)
+		}
+		r.forget(o)
+		return nackFor(env, coord.Errorf(coord.CodeInternalError, "the session could not be stored"), 0)
+	}
+	r.timers.add(env.SessionId, s.DeadlineMs)
+	return &macpv1.Ack{Ok: true, MessageId: env.MessageId, SessionId: env.SessionId, AcceptedAtUnixMs: now, SessionState: macpv1.SessionState_SESSION_STATE_OPEN}
+}
+
+// forget removes a session whose SessionStart could not be stored, unless
+// the store has it after all.
+func (r *Runtime) forget(o *owner) {
+	if _, err := r.store.LastSeq(context.Background(), o.id); err == nil {
+		return
+	}
+	r.mu.Lock()
+	if r.sessions[o.id] == o {
+		delete(r.sessions, o.id)
+		if r.openBy[o.initiator] > 0 {
+			r.openBy[o.initiator]--
+		}
+	}
+	r.mu.Unlock()
+}
+
+func (r *Runtime) sendAmbient(_ context.Context, _ coord.Identity, env *macpv1.Envelope) *macpv1.Ack {
+	if err := session.CheckAmbient(env); err != nil {
+		return nackFor(env, err, 0)
+	}
+	now := r.nowMs()
+	r.Signals.Publish(cloneEnvelope(env))
+	return &macpv1.Ack{Ok: true, MessageId: env.MessageId, SessionId: env.SessionId, AcceptedAtUnixMs: now}
+}
+
+func cloneEnvelope(e *macpv1.Envelope) *macpv1.Envelope {
+	return &macpv1.Envelope{
+		MacpVersion: e.MacpVersion, Mode: e.Mode, MessageType: e.MessageType, MessageId: e.MessageId,
+		SessionId: e.SessionId, Sender: e.Sender, TimestampUnixMs: e.TimestampUnixMs, Payload: e.Payload,
+	}
+}
+
+// Cancel cancels a session on behalf of id (RFC-MACP-0001 §7.5): OPEN ->
+// EXPIRED with a runtime-emitted SessionCancel record. Only the initiator
+// may cancel (FORBIDDEN); unknown sessions are SESSION_NOT_FOUND; an
+// already terminal session is answered ok with its state.
+func (r *Runtime) Cancel(ctx context.Context, id coord.Identity, sessionID, reason string) (*macpv1.Ack, *coord.Error) {
+	o, cerr := r.lockSession(ctx, sessionID)
+	if cerr != nil {
+		return nil, cerr
+	}
+	now := r.nowMs()
+	before := o.sess.Status
+	out := o.sess.Cancel(id.Sender, reason, uuid.NewString(), now)
+	if out.Err != nil {
+		o.mu.Unlock()
+		return nil, out.Err
+	}
+	state := o.sess.Status
+	var events []LifecycleEvent
+	if before == session.Open && state.Terminal() {
+		events = append(events, r.terminalEvent(o.sess, now))
+	}
+	done := r.enqueue(o, out.Records, events)
+	o.mu.Unlock()
+	if err := r.await(ctx, done); err != nil {
+		return &macpv1.Ack{Ok: false, SessionId: sessionID, Error: &macpv1.MACPError{Code: string(coord.CodeInternalError), Message: "the cancellation could not be stored", SessionId: sessionID}}, nil
+	}
+	if before == session.Open && state.Terminal() {
+		r.closedOpen(o)
+	}
+	ack := &macpv1.Ack{Ok: true, SessionId: sessionID, AcceptedAtUnixMs: now, SessionState: state.Proto()}
+	if len(out.Records) > 0 && out.Records[0].Envelope != nil {
+		ack.MessageId = out.Records[0].Envelope.MessageId
+	}
+	return ack, nil
+}
+
+// expireByTimer is called by the timer loop when a deadline passes.
+func (r *Runtime) expireByTimer(id string) {
+	o := r.lookup(id)
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	if o.sess == nil {
+		o.mu.Unlock()
+		return
+	}
+	if err := r.heal(context.Background(), o); err != nil {
+		o.mu.Unlock()
+		return
+	}
+	now := r.nowMs()
+	rec, ok := o.sess.ExpireIfDue(now)
+	if !ok {
+		o.mu.Unlock()
+		return
+	}
+	done := r.enqueue(o, []session.Record{rec}, []LifecycleEvent{r.terminalEvent(o.sess, now)})
+	o.mu.Unlock()
+	// Wait off the timer goroutine so one slow append does not delay other
+	// deadlines.
+	go func() {
+		if err := <-done; err == nil {
+			r.closedOpen(o)
+		}
+	}()
+}
+
+// visible reports whether id may read session s.
+func visible(id coord.Identity, s *session.Session) bool {
+	return id.Caps.IsObserver || s.MayObserve(id.Sender)
+}
+
+// readDurable locks the session once everything decided so far is durable
+// and calls fn with it.
+func (r *Runtime) readDurable(ctx context.Context, o *owner, fn func(*session.Session)) *coord.Error {
+	for {
+		o.mu.Lock()
+		if o.sess == nil {
+			o.mu.Unlock()
+			return coord.Errorf(coord.CodeSessionNotFound, "session %s not found", o.id)
+		}
+		if err := r.heal(ctx, o); err != nil {
+			o.mu.Unlock()
+			return coord.Errorf(coord.CodeInternalError, "session %s is unavailable", o.id)
+		}
+		o.durableMu.Lock()
+		durable, ch := o.durableSeq, o.durableCh
+		o.durableMu.Unlock()
+		if durable >= o.sess.Seq {
+			fn(o.sess)
+			o.mu.Unlock()
+			return nil
+		}
+		o.mu.Unlock()
+		select {
+		case <-ch:
+		case <-time.After(50 * time.Millisecond): // re-check: an append may have failed
+		case <-ctx.Done():
+			return coord.Errorf(coord.CodeInternalError, "request cancelled")
+		}
+	}
+}
+
+// GetSession returns a session's durable metadata if id may see it
+// (initiator, declared participant, observer).
+func (r *Runtime) GetSession(ctx context.Context, id coord.Identity, sessionID string) (*macpv1.SessionMetadata, *coord.Error) {
+	o := r.lookup(sessionID)
+	if o == nil {
+		return nil, coord.Errorf(coord.CodeSessionNotFound, "session %s not found", sessionID)
+	}
+	var md *macpv1.SessionMetadata
+	allowed := false
+	if err := r.readDurable(ctx, o, func(s *session.Session) {
+		if allowed = visible(id, s); allowed {
+			md = s.Metadata()
+		}
+	}); err != nil {
+		return nil, err
+	}
+	if !allowed {
+		return nil, coord.Errorf(coord.CodeForbidden, "%s may not read session %s", id.Sender, sessionID)
+	}
+	return md, nil
+}
+
+// Inspect calls fn with the durable session under its lock, without
+// authorization (for in-process tests and tools).
+func (r *Runtime) Inspect(ctx context.Context, sessionID string, fn func(*session.Session)) *coord.Error {
+	o := r.lookup(sessionID)
+	if o == nil {
+		return coord.Errorf(coord.CodeSessionNotFound, "session %s not found", sessionID)
+	}
+	return r.readDurable(ctx, o, fn)
+}
+
+// ListSessions returns the metadata of every session id may see, OPEN and
+// terminal, sorted by start time then id.
+func (r *Runtime) ListSessions(ctx context.Context, id coord.Identity) []*macpv1.SessionMetadata {
+	r.mu.RLock()
+	owners := make([]*owner, 0, len(r.sessions))
+	for _, o := range r.sessions {
+		owners = append(owners, o)
+	}
+	r.mu.RUnlock()
+	out := make([]*macpv1.SessionMetadata, 0, len(owners))
+	for _, o := range owners {
+		_ = r.readDurable(ctx, o, func(s *session.Session) {
+			if visible(id, s) {
+				out = append(out, s.Metadata())
+			}
+		})
+	}
+	slices.SortFunc(out, func(a, b *macpv1.SessionMetadata) int {
+		if a.StartedAtUnixMs != b.StartedAtUnixMs {
+			if a.StartedAtUnixMs < b.StartedAtUnixMs {
+				return -1
+			}
+			return 1
+		}
+		if a.SessionId < b.SessionId {
+			return -1
+		}
+		if a.SessionId > b.SessionId {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// MayObserveSession reports whether id may see the session's lifecycle.
+func MayObserveMetadata(id coord.Identity, md *macpv1.SessionMetadata) bool {
+	return id.Caps.IsObserver || md.Initiator == id.Sender || slices.Contains(md.Participants, id.Sender)
+}
+
+// Store returns the history store.
+func (r *Runtime) Store() store.Store { return r.store }
+
+// nackFor builds a failure Ack.
+func nackFor(env *macpv1.Envelope, err *coord.Error, state macpv1.SessionState) *macpv1.Ack {
+	ack := &macpv1.Ack{Ok: false, SessionState: state, Error: &macpv1.MACPError{Code: string(err.Code), Message: err.Message}}
+	if env != nil {
+		ack.MessageId, ack.SessionId = env.MessageId, env.SessionId
+		ack.Error.MessageId, ack.Error.SessionId = env.MessageId, env.SessionId
+	}
+	if len(err.Reasons) > 0 {
+		ack.Error.Details = reasonsJSON(err.Reasons)
+	}
+	return ack
+}

@@ -1,0 +1,528 @@
+package session
+
+import (
+	"slices"
+	"strings"
+
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/mode"
+	"github.com/macpd/macpd/internal/policy"
+	"google.golang.org/protobuf/proto"
+)
+
+// Modes resolves mode ids to implementations.
+type Modes interface {
+	Lookup(id string) (mode.Entry, bool)
+}
+
+// Deps are the read-only lookups and limits a SessionStart depends on.
+type Deps struct {
+	Modes    Modes
+	Policies policy.Lookup
+	Limits   Limits
+}
+
+// Session is the state of one session. It is not safe for concurrent use:
+// the shell gives each session a single owner.
+type Session struct {
+	ID      string
+	Binding mode.Binding
+	Status  Status
+	// StartedAtMs is when the runtime accepted the SessionStart.
+	StartedAtMs int64
+	// DeadlineMs is SessionStart timestamp + ttl_ms (RFC-MACP-0003 §2).
+	DeadlineMs int64
+	// ClosedAtMs is when the session became terminal (0 while OPEN).
+	ClosedAtMs    int64
+	Intent        string
+	ContextID     string
+	ExtensionKeys []string // sorted
+	Roots         []*macpv1.Root
+	// Seq is the sequence number of the last record.
+	Seq uint64
+	// Resolution is the accepted Commitment that resolved the session.
+	Resolution *macpv1.CommitmentPayload
+	// Cancellation is the SessionCancel payload when the session was cancelled.
+	Cancellation *macpv1.SessionCancelPayload
+
+	startMessageID string
+	seen           map[string]struct{}
+	activity       map[string]*Activity
+	modeState      mode.State
+}
+
+// Start decides a SessionStart envelope whose sender is already the
+// authenticated identity (RFC-MACP-0001 §7.2; checklist START-1..12). On
+// success it returns the new session and its first record (sequence 1).
+// The caller checks that the session id is not already taken
+// (SESSION_ALREADY_EXISTS) and any deployment admission.
+func Start(env *macpv1.Envelope, nowMs int64, deps Deps) (*Session, Record, error) {
+	if err := CheckEnvelope(env, deps.Limits); err != nil {
+		return nil, Record{}, err
+	}
+	if env.MessageType != coord.TypeSessionStart {
+		return nil, Record{}, coord.Errorf(coord.CodeInvalidEnvelope, "not a SessionStart")
+	}
+	if env.Sender == "" {
+		return nil, Record{}, coord.Errorf(coord.CodeInvalidEnvelope, "sender is required")
+	}
+	if !coord.ValidSessionID(env.SessionId) {
+		return nil, Record{}, coord.Errorf(coord.CodeInvalidSessionID,
+			"session_id must be a lowercase UUID v4/v7 or at least 22 base64url characters")
+	}
+	entry, ok := deps.Modes.Lookup(env.Mode)
+	if !ok {
+		return nil, Record{}, coord.Errorf(coord.CodeModeNotSupported, "mode %q is not supported", env.Mode)
+	}
+	var p macpv1.SessionStartPayload
+	if len(env.Payload) == 0 {
+		return nil, Record{}, coord.Errorf(coord.CodeInvalidEnvelope, "SessionStart needs a SessionStartPayload")
+	}
+	if err := proto.Unmarshal(env.Payload, &p); err != nil {
+		return nil, Record{}, coord.Errorf(coord.CodeInvalidEnvelope, "payload is not a SessionStartPayload")
+	}
+	desc := entry.Mode.Descriptor()
+	if p.ModeVersion == "" {
+		return nil, Record{}, coord.Errorf(coord.CodeInvalidEnvelope, "mode_version is required")
+	}
+	if p.ModeVersion != desc.GetModeVersion() {
+		return nil, Record{}, coord.Errorf(coord.CodeModeNotSupported,
+			"mode %s version %q is not supported (this runtime has %q)", env.Mode, p.ModeVersion, desc.GetModeVersion())
+	}
+	if p.ConfigurationVersion == "" {
+		return nil, Record{}, coord.Errorf(coord.CodeInvalidEnvelope, "configuration_version is required")
+	}
+	if p.TtlMs <= 0 || (deps.Limits.MaxTTLMs > 0 && p.TtlMs > deps.Limits.MaxTTLMs) {
+		return nil, Record{}, coord.Errorf(coord.CodeInvalidEnvelope, "ttl_ms must be between 1 and %d", deps.Limits.MaxTTLMs)
+	}
+	if err := checkParticipants(p.Participants, deps.Limits.MaxParticipants); err != nil {
+		return nil, Record{}, err
+	}
+	for _, r := range p.Roots {
+		if r.GetUri() == "" {
+			return nil, Record{}, coord.Errorf(coord.CodeInvalidEnvelope, "every root needs a uri")
+		}
+	}
+	ts := env.TimestampUnixMs
+	if ts <= 0 {
+		ts = nowMs
+	} else if skew := deps.Limits.MaxStartSkewMs; skew > 0 && (ts > nowMs+skew || ts < nowMs-skew) {
+		return nil, Record{}, coord.Errorf(coord.CodeInvalidEnvelope,
+			"timestamp_unix_ms is more than %d ms away from the runtime clock; it determines the deadline", skew)
+	}
+
+	policyID := p.PolicyVersion
+	if policyID == "" {
+		policyID = coord.DefaultPolicyID
+	}
+	pd, ok := deps.Policies.Policy(policyID)
+	if !ok {
+		return nil, Record{}, coord.Errorf(coord.CodeUnknownPolicyVersion, "policy %q is not registered", policyID)
+	}
+	if pd.Mode != "*" && pd.Mode != env.Mode {
+		return nil, Record{}, coord.Errorf(coord.CodeInvalidPolicyDefinition, "policy %q targets mode %q, not %q", policyID, pd.Mode, env.Mode)
+	}
+	info := &StartInfo{Policy: pd, DeadlineMs: ts + p.TtlMs}
+	bound := boundEnvelope(env)
+	rec := Record{SessionID: env.SessionId, Seq: 1, Kind: KindStart, AcceptedAtMs: nowMs, Envelope: bound, Start: info}
+	s, err := restore(rec, &p, entry.Mode)
+	if err != nil {
+		return nil, Record{}, err
+	}
+	return s, rec, nil
+}
+
+func checkParticipants(ps []string, max int) *coord.Error {
+	if max > 0 && len(ps) > max {
+		return coord.Errorf(coord.CodeInvalidEnvelope, "at most %d participants are allowed", max)
+	}
+	seen := make(map[string]struct{}, len(ps))
+	for _, id := range ps {
+		if strings.TrimSpace(id) == "" {
+			return coord.Errorf(coord.CodeInvalidEnvelope, "participant ids must not be blank")
+		}
+		if _, dup := seen[id]; dup {
+			return coord.Errorf(coord.CodeInvalidEnvelope, "participant %q is listed twice", id)
+		}
+		seen[id] = struct{}{}
+	}
+	return nil
+}
+
+// Restore rebuilds a session from its stored start record, using the mode
+// implementation the record names. It re-runs the mode's start checks but
+// not the clock- or registry-dependent ones (skew, policy lookup): those
+// were decided when the record was accepted.
+func Restore(rec Record, modes Modes) (*Session, error) {
+	if rec.Kind != KindStart || rec.Envelope == nil || rec.Start == nil || rec.Seq != 1 {
+		return nil, coord.Errorf(coord.CodeInternalError, "history does not begin with a SessionStart record")
+	}
+	entry, ok := modes.Lookup(rec.Envelope.Mode)
+	if !ok {
+		return nil, coord.Errorf(coord.CodeModeNotSupported, "mode %q is not available to replay session %s", rec.Envelope.Mode, rec.SessionID)
+	}
+	var p macpv1.SessionStartPayload
+	if err := proto.Unmarshal(rec.Envelope.Payload, &p); err != nil {
+		return nil, coord.Errorf(coord.CodeInternalError, "stored SessionStart payload does not decode")
+	}
+	return restore(rec, &p, entry.Mode)
+}
+
+func restore(rec Record, p *macpv1.SessionStartPayload, m mode.Mode) (*Session, error) {
+	env := rec.Envelope
+	pol, err := policy.Parse(rec.Start.Policy)
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{
+		ID: env.SessionId,
+		Binding: mode.Binding{
+			SessionID:            env.SessionId,
+			Mode:                 env.Mode,
+			ModeVersion:          p.ModeVersion,
+			ConfigurationVersion: p.ConfigurationVersion,
+			PolicyVersion:        rec.Start.Policy.ID,
+			Policy:               pol,
+			Initiator:            env.Sender,
+			Participants:         slices.Clone(p.Participants),
+		},
+		Status:         Open,
+		StartedAtMs:    rec.AcceptedAtMs,
+		DeadlineMs:     rec.Start.DeadlineMs,
+		Intent:         p.Intent,
+		ContextID:      p.ContextId,
+		Roots:          p.Roots,
+		Seq:            1,
+		startMessageID: env.MessageId,
+		seen:           map[string]struct{}{env.MessageId: {}},
+		activity:       make(map[string]*Activity, len(p.Participants)+1),
+	}
+	for k := range p.Extensions {
+		s.ExtensionKeys = append(s.ExtensionKeys, k)
+	}
+	slices.Sort(s.ExtensionKeys)
+	st, err := m.Start(&s.Binding)
+	if err != nil {
+		return nil, err
+	}
+	s.modeState = st
+	s.touch(env.Sender, rec.AcceptedAtMs)
+	return s, nil
+}
+
+// boundEnvelope returns the envelope as it enters history. The caller has
+// already replaced the sender with the authenticated identity; the copy
+// protects history from later mutation of the request message.
+func boundEnvelope(env *macpv1.Envelope) *macpv1.Envelope {
+	return &macpv1.Envelope{
+		MacpVersion:     env.MacpVersion,
+		Mode:            env.Mode,
+		MessageType:     env.MessageType,
+		MessageId:       env.MessageId,
+		SessionId:       env.SessionId,
+		Sender:          env.Sender,
+		TimestampUnixMs: env.TimestampUnixMs,
+		Payload:         env.Payload,
+	}
+}
+
+func (s *Session) touch(sender string, atMs int64) {
+	a := s.activity[sender]
+	if a == nil {
+		a = &Activity{ParticipantID: sender}
+		s.activity[sender] = a
+	}
+	a.MessageCount++
+	a.LastMessageMs = atMs
+}
+
+// Outcome is the result of offering an envelope to a session.
+type Outcome struct {
+	// Records to append durably, in order. Empty for duplicates and for
+	// rejections, except that a rejection caused by a passed deadline
+	// carries the Expire record that the caller must still persist.
+	Records []Record
+	// Duplicate is set when the message_id was already accepted.
+	Duplicate bool
+	// Err is the rejection, nil when accepted or duplicate.
+	Err *coord.Error
+	// Resolved is set when this envelope resolved the session.
+	Resolved bool
+}
+
+// Accepted reports whether the envelope was newly accepted.
+func (o Outcome) Accepted() bool { return o.Err == nil && !o.Duplicate }
+
+// Step offers a session-scoped envelope (sender already bound) to the
+// session at time nowMs. See the package doc for the order of checks.
+func (s *Session) Step(env *macpv1.Envelope, nowMs int64, lim Limits) Outcome {
+	if err := CheckEnvelope(env, lim); err != nil {
+		return Outcome{Err: err}
+	}
+	if env.Sender == "" {
+		return Outcome{Err: coord.Errorf(coord.CodeInvalidEnvelope, "sender is required")}
+	}
+	if env.SessionId != s.ID {
+		return Outcome{Err: coord.Errorf(coord.CodeInvalidEnvelope, "envelope is for session %q, not %q", env.SessionId, s.ID)}
+	}
+	if _, dup := s.seen[env.MessageId]; dup {
+		return Outcome{Duplicate: true}
+	}
+	switch env.MessageType {
+	case coord.TypeSessionStart:
+		return Outcome{Err: coord.Errorf(coord.CodeSessionAlreadyExists, "session %s already exists", s.ID)}
+	case coord.TypeSessionCancel:
+		return Outcome{Err: coord.Errorf(coord.CodeForbidden, "SessionCancel is emitted by the runtime; use CancelSession")}
+	case coord.TypeSignal, coord.TypeProgress:
+		return Outcome{Err: coord.Errorf(coord.CodeInvalidEnvelope, "%s is not a session message", env.MessageType)}
+	}
+	if env.Mode != s.Binding.Mode {
+		return Outcome{Err: coord.Errorf(coord.CodeInvalidEnvelope, "envelope mode %q does not match session mode %q", env.Mode, s.Binding.Mode)}
+	}
+	if s.Status == Open && nowMs >= s.DeadlineMs {
+		rec := s.expire(nowMs)
+		return Outcome{Records: []Record{rec}, Err: coord.Errorf(coord.CodeSessionNotOpen, "session %s expired", s.ID)}
+	}
+	if s.Status != Open {
+		return Outcome{Err: coord.Errorf(coord.CodeSessionNotOpen, "session %s is %s", s.ID, s.Status)}
+	}
+	msg := mode.Message{Type: env.MessageType, ID: env.MessageId, Sender: env.Sender, Payload: env.Payload}
+	resolved := false
+	if env.MessageType == coord.TypeCommitment {
+		c, err := s.checkCommitment(env)
+		if err != nil {
+			return Outcome{Err: err}
+		}
+		if err := s.modeState.Commit(&s.Binding, &msg, c); err != nil {
+			return Outcome{Err: coord.AsError(err)}
+		}
+		s.Resolution = c
+		resolved = true
+	} else if err := s.modeState.Step(&s.Binding, &msg); err != nil {
+		return Outcome{Err: coord.AsError(err)}
+	}
+	s.Seq++
+	s.seen[env.MessageId] = struct{}{}
+	s.touch(env.Sender, nowMs)
+	if resolved {
+		s.Status = Resolved
+		s.ClosedAtMs = nowMs
+	}
+	rec := Record{SessionID: s.ID, Seq: s.Seq, Kind: KindMessage, AcceptedAtMs: nowMs, Envelope: boundEnvelope(env)}
+	return Outcome{Records: []Record{rec}, Resolved: resolved}
+}
+
+// outcomeSuffixes maps Commitment action suffixes to the outcome they imply
+// (checklist MODE-5).
+var (
+	positiveSuffixes = []string{".selected", ".accepted", ".completed", ".approved", ".converged"}
+	negativeSuffixes = []string{".rejected", ".failed", ".declined"}
+)
+
+func (s *Session) checkCommitment(env *macpv1.Envelope) (*macpv1.CommitmentPayload, *coord.Error) {
+	b := &s.Binding
+	if !b.Policy.MayCommit(env.Sender, b.Initiator, b.Participants) {
+		return nil, coord.Errorf(coord.CodeForbidden, "%s may not commit this session", env.Sender)
+	}
+	var c macpv1.CommitmentPayload
+	if err := proto.Unmarshal(env.Payload, &c); err != nil {
+		return nil, coord.Errorf(coord.CodeInvalidEnvelope, "payload is not a CommitmentPayload")
+	}
+	switch {
+	case c.CommitmentId == "":
+		return nil, coord.Errorf(coord.CodeInvalidEnvelope, "commitment_id is required")
+	case c.Action == "":
+		return nil, coord.Errorf(coord.CodeInvalidEnvelope, "action is required")
+	case c.AuthorityScope == "":
+		return nil, coord.Errorf(coord.CodeInvalidEnvelope, "authority_scope is required")
+	case c.Reason == "":
+		return nil, coord.Errorf(coord.CodeInvalidEnvelope, "reason is required")
+	case c.ModeVersion != b.ModeVersion:
+		return nil, coord.Errorf(coord.CodeInvalidEnvelope, "commitment mode_version %q does not match the session's %q", c.ModeVersion, b.ModeVersion)
+	case c.ConfigurationVersion != b.ConfigurationVersion:
+		return nil, coord.Errorf(coord.CodeInvalidEnvelope, "commitment configuration_version %q does not match the session's %q", c.ConfigurationVersion, b.ConfigurationVersion)
+	case c.PolicyVersion != "" && c.PolicyVersion != b.PolicyVersion:
+		return nil, coord.Errorf(coord.CodeInvalidEnvelope, "commitment policy_version %q does not match the session's %q", c.PolicyVersion, b.PolicyVersion)
+	}
+	for _, suf := range positiveSuffixes {
+		if strings.HasSuffix(c.Action, suf) && !c.OutcomePositive {
+			return nil, coord.Errorf(coord.CodeInvalidEnvelope, "action %q needs outcome_positive=true", c.Action)
+		}
+	}
+	for _, suf := range negativeSuffixes {
+		if strings.HasSuffix(c.Action, suf) && c.OutcomePositive {
+			return nil, coord.Errorf(coord.CodeInvalidEnvelope, "action %q needs outcome_positive=false", c.Action)
+		}
+	}
+	return &c, nil
+}
+
+// CancelEnvelope builds the runtime-emitted SessionCancel envelope.
+func (s *Session) CancelEnvelope(messageID, cancelledBy, reason string, nowMs int64) *macpv1.Envelope {
+	payload, _ := proto.MarshalOptions{Deterministic: true}.Marshal(&macpv1.SessionCancelPayload{Reason: reason, CancelledBy: cancelledBy})
+	return &macpv1.Envelope{
+		MacpVersion:     coord.ProtocolVersion,
+		Mode:            s.Binding.Mode,
+		MessageType:     coord.TypeSessionCancel,
+		MessageId:       messageID,
+		SessionId:       s.ID,
+		Sender:          coord.RuntimeSender,
+		TimestampUnixMs: nowMs,
+		Payload:         payload,
+	}
+}
+
+// Cancel ends an OPEN session as EXPIRED on behalf of caller
+// (RFC-MACP-0001 §7.5; checklist CANCEL-1..4). Only the initiator may
+// cancel. The returned Outcome carries the runtime-emitted SessionCancel
+// record; cancelling a session that is already terminal is idempotent (no
+// records, no error). messageID must be unique within the session; the
+// shell generates it.
+func (s *Session) Cancel(caller, reason, messageID string, nowMs int64) Outcome {
+	if caller != s.Binding.Initiator {
+		return Outcome{Err: coord.Errorf(coord.CodeForbidden, "only the initiator may cancel session %s", s.ID)}
+	}
+	if s.Status == Open && nowMs >= s.DeadlineMs {
+		return Outcome{Records: []Record{s.expire(nowMs)}}
+	}
+	if s.Status != Open {
+		return Outcome{}
+	}
+	if _, dup := s.seen[messageID]; dup || messageID == "" {
+		return Outcome{Err: coord.Errorf(coord.CodeInternalError, "cancel message id is not unique")}
+	}
+	env := s.CancelEnvelope(messageID, caller, reason, nowMs)
+	return s.applyCancel(env, nowMs)
+}
+
+func (s *Session) applyCancel(env *macpv1.Envelope, nowMs int64) Outcome {
+	var p macpv1.SessionCancelPayload
+	_ = proto.Unmarshal(env.Payload, &p)
+	s.Seq++
+	s.seen[env.MessageId] = struct{}{}
+	s.Status = Expired
+	s.ClosedAtMs = nowMs
+	s.Cancellation = &p
+	return Outcome{Records: []Record{{SessionID: s.ID, Seq: s.Seq, Kind: KindCancel, AcceptedAtMs: nowMs, Envelope: env}}}
+}
+
+// ExpireIfDue expires an OPEN session whose deadline has passed and returns
+// the Expire record (RFC-MACP-0001 §7.1 TTL).
+func (s *Session) ExpireIfDue(nowMs int64) (Record, bool) {
+	if s.Status != Open || nowMs < s.DeadlineMs {
+		return Record{}, false
+	}
+	return s.expire(nowMs), true
+}
+
+func (s *Session) expire(nowMs int64) Record {
+	s.Seq++
+	s.Status = Expired
+	s.ClosedAtMs = nowMs
+	return Record{SessionID: s.ID, Seq: s.Seq, Kind: KindExpire, AcceptedAtMs: nowMs}
+}
+
+// Apply replays one stored record (sequence Seq+1) into the session,
+// re-deciding it with the recorded time. It returns an error when the
+// record does not follow, or when the core would not accept it now: the
+// history and this code disagree (divergence).
+func (s *Session) Apply(rec Record, lim Limits) error {
+	if rec.Seq != s.Seq+1 {
+		return coord.Errorf(coord.CodeInternalError, "record %d does not follow %d", rec.Seq, s.Seq)
+	}
+	switch rec.Kind {
+	case KindMessage:
+		out := s.Step(rec.Envelope, rec.AcceptedAtMs, replayLimits(lim))
+		if !out.Accepted() || len(out.Records) != 1 || out.Records[0].Kind != KindMessage {
+			return coord.Errorf(coord.CodeInternalError, "replay diverged at record %d: %v", rec.Seq, out.Err)
+		}
+	case KindCancel:
+		if s.Status != Open || rec.Envelope == nil || rec.Envelope.MessageType != coord.TypeSessionCancel {
+			return coord.Errorf(coord.CodeInternalError, "replay diverged at cancel record %d", rec.Seq)
+		}
+		if _, dup := s.seen[rec.Envelope.MessageId]; dup {
+			return coord.Errorf(coord.CodeInternalError, "replay diverged at cancel record %d: message id reused", rec.Seq)
+		}
+		s.applyCancel(rec.Envelope, rec.AcceptedAtMs)
+	case KindExpire:
+		if _, ok := s.ExpireIfDue(rec.AcceptedAtMs); !ok {
+			return coord.Errorf(coord.CodeInternalError, "replay diverged at expire record %d", rec.Seq)
+		}
+	default:
+		return coord.Errorf(coord.CodeInternalError, "unexpected %s record at %d", rec.Kind, rec.Seq)
+	}
+	return nil
+}
+
+// replayLimits drops the limits that are deployment settings rather than
+// protocol rules: a payload accepted under an older, larger limit stays
+// valid history.
+func replayLimits(lim Limits) Limits {
+	lim.MaxPayloadBytes = 0
+	return lim
+}
+
+// ModeState exposes the mode state's projection (RFC-MACP-0003 replay
+// checks, conformance expected_mode_state).
+func (s *Session) ModeProjection() map[string]any { return s.modeState.Project() }
+
+// Seen reports whether message_id was accepted in this session.
+func (s *Session) Seen(messageID string) bool {
+	_, ok := s.seen[messageID]
+	return ok
+}
+
+// SeenIDs returns the dedup set, sorted.
+func (s *Session) SeenIDs() []string {
+	out := make([]string, 0, len(s.seen))
+	for id := range s.seen {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Activity returns participant activity sorted by participant id. The
+// runtime's own emitted envelopes are not participant activity.
+func (s *Session) Activity() []Activity {
+	out := make([]Activity, 0, len(s.activity))
+	for _, a := range s.activity {
+		out = append(out, *a)
+	}
+	slices.SortFunc(out, func(a, b Activity) int { return strings.Compare(a.ParticipantID, b.ParticipantID) })
+	return out
+}
+
+// Metadata renders the session as macp.v1.SessionMetadata (checklist OBS-1).
+func (s *Session) Metadata() *macpv1.SessionMetadata {
+	md := &macpv1.SessionMetadata{
+		SessionId:            s.ID,
+		Mode:                 s.Binding.Mode,
+		State:                s.Status.Proto(),
+		StartedAtUnixMs:      s.StartedAtMs,
+		ExpiresAtUnixMs:      s.DeadlineMs,
+		ModeVersion:          s.Binding.ModeVersion,
+		ConfigurationVersion: s.Binding.ConfigurationVersion,
+		PolicyVersion:        s.Binding.PolicyVersion,
+		Participants:         slices.Clone(s.Binding.Participants),
+		Initiator:            s.Binding.Initiator,
+		ContextId:            s.ContextID,
+		ExtensionKeys:        slices.Clone(s.ExtensionKeys),
+	}
+	for _, a := range s.Activity() {
+		md.ParticipantActivity = append(md.ParticipantActivity, &macpv1.ParticipantActivity{
+			ParticipantId:       a.ParticipantID,
+			LastMessageAtUnixMs: a.LastMessageMs,
+			MessageCount:        a.MessageCount,
+		})
+	}
+	return md
+}
+
+// MayObserve reports whether id may read this session (GetSession,
+// subscribe): its initiator and declared participants. Observer identities
+// are decided by the caller.
+func (s *Session) MayObserve(id string) bool {
+	return id == s.Binding.Initiator || s.Binding.IsParticipant(id)
+}

@@ -1,0 +1,125 @@
+package session
+
+import (
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/policy"
+)
+
+// Status is a session's lifecycle state (RFC-MACP-0001 §7.1). It only ever
+// moves OPEN -> RESOLVED or OPEN -> EXPIRED.
+type Status uint8
+
+// Lifecycle states, numbered as macp.v1.SessionState.
+const (
+	Open     Status = 1
+	Resolved Status = 2
+	Expired  Status = 3
+)
+
+// Proto returns the wire enum.
+func (s Status) Proto() macpv1.SessionState { return macpv1.SessionState(s) }
+
+func (s Status) String() string {
+	switch s {
+	case Open:
+		return "OPEN"
+	case Resolved:
+		return "RESOLVED"
+	case Expired:
+		return "EXPIRED"
+	}
+	return "UNSPECIFIED"
+}
+
+// Terminal reports whether the state is final.
+func (s Status) Terminal() bool { return s == Resolved || s == Expired }
+
+// Kind is the kind of a history record.
+type Kind uint8
+
+// Record kinds.
+const (
+	// KindStart is the accepted SessionStart (always sequence 1).
+	KindStart Kind = 1
+	// KindMessage is an accepted session-scoped envelope from a sender.
+	KindMessage Kind = 2
+	// KindCancel is the runtime-emitted SessionCancel envelope written by
+	// CancelSession.
+	KindCancel Kind = 3
+	// KindExpire records TTL expiry. It carries no envelope, is always the
+	// last record and takes the sequence number after the last envelope.
+	KindExpire Kind = 4
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindStart:
+		return "start"
+	case KindMessage:
+		return "message"
+	case KindCancel:
+		return "cancel"
+	case KindExpire:
+		return "expire"
+	}
+	return "unknown"
+}
+
+// Record is one entry of a session's append-only history. Records of a
+// session are numbered 1..N without gaps. Every record but KindExpire holds
+// the accepted envelope, so envelope sequence numbers are the record
+// numbers.
+type Record struct {
+	SessionID    string
+	Seq          uint64
+	Kind         Kind
+	AcceptedAtMs int64
+	// Envelope is the accepted envelope with its sender bound to the
+	// authenticated identity; nil for KindExpire. Never modified after the
+	// record is produced.
+	Envelope *macpv1.Envelope
+	// Start holds what replay needs beyond the envelope; only KindStart.
+	Start *StartInfo
+}
+
+// StartInfo is the part of a session's binding that cannot be recomputed
+// from the SessionStart envelope alone: the policy descriptor resolved from
+// the registry at that moment and the deadline computed from the runtime
+// clock (RFC-MACP-0003 §3: replay never consults live registries or the
+// wall clock).
+type StartInfo struct {
+	Policy     policy.Descriptor
+	DeadlineMs int64
+}
+
+// Limits are the deployment parameters admission depends on. They are part
+// of the core's input so that decisions stay a pure function of it.
+type Limits struct {
+	// MaxTTLMs caps SessionStart.ttl_ms (default 24 h).
+	MaxTTLMs int64
+	// MaxParticipants caps the declared participant list (default 1000).
+	MaxParticipants int
+	// MaxPayloadBytes caps Envelope.payload (default 1 MiB).
+	MaxPayloadBytes int
+	// MaxStartSkewMs rejects a SessionStart whose timestamp differs from the
+	// runtime clock by more than this, because the timestamp determines the
+	// deadline (RFC-MACP-0003 §2). 0 disables the check.
+	MaxStartSkewMs int64
+}
+
+// DefaultLimits are the documented defaults.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxTTLMs:        24 * 60 * 60 * 1000,
+		MaxParticipants: 1000,
+		MaxPayloadBytes: 1 << 20,
+		MaxStartSkewMs:  5 * 60 * 1000,
+	}
+}
+
+// Activity is one sender's participation counters (ParticipantActivity).
+type Activity struct {
+	ParticipantID string
+	LastMessageMs int64
+	MessageCount  uint32
+}
