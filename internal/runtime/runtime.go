@@ -94,7 +94,7 @@ type owner struct {
 	id        string
 	initiator string // immutable
 	mu        sync.Mutex
-	sess *session.Session // nil only while the owner is being created
+	sess      *session.Session // nil only while the owner is being created
 	// epoch increments each time the session is rebuilt from the store
 	// after a failed append; guarded by mu.
 	epoch  uint64
