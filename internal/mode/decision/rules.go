@@ -1,0 +1,393 @@
+package decision
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+
+	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/policy"
+)
+
+// Voting algorithms (RFC-MACP-0012 §4.1, decision-rules.schema.json).
+const (
+	AlgNone          = "none"
+	AlgMajority      = "majority"
+	AlgSupermajority = "supermajority"
+	AlgUnanimous     = "unanimous"
+	AlgWeighted      = "weighted"
+	AlgPlurality     = "plurality"
+)
+
+// Quorum types.
+const (
+	QuorumCount      = "count"
+	QuorumPercentage = "percentage"
+)
+
+// defaultSupermajority is the supermajority threshold when the policy sets
+// none. Decision: the schema's generic default (0.5) contradicts its own
+// "supermajority threshold > 0.5" constraint; two thirds is the
+// registries/policies.md policy.supermajority value and the reference
+// runtime's fallback.
+const defaultSupermajority = 2.0 / 3.0
+
+// rules are the parsed decision rules of the bound policy. A nil *rules
+// means the policy constrains nothing (policy.default, or every knob at its
+// permissive default): the initiator's Commitment is taken at face value
+// (checklist DEC-8).
+type rules struct {
+	algorithm string // "" for none
+	threshold float64
+	// Quorum: voters >= quorumValue (count) or voters/participants >=
+	// quorumValue (percentage, a 0..1 share).
+	quorumPct   bool
+	quorumValue float64
+	// weights by participant index; nil when every weight is 1.
+	weights              []float64
+	vetoes               bool
+	vetoThreshold        int
+	minConfidence        float64
+	requiredBeforeVoting bool
+	requireVoteQuorum    bool
+}
+
+type rawVoting struct {
+	Algorithm *string  `json:"algorithm"`
+	Threshold *float64 `json:"threshold"`
+	Quorum    *struct {
+		Type  *string  `json:"type"`
+		Value *float64 `json:"value"`
+	} `json:"quorum"`
+	Weights map[string]float64 `json:"weights"`
+}
+
+type rawObjections struct {
+	CriticalSeverityVetoes *bool    `json:"critical_severity_vetoes"`
+	VetoThreshold          *float64 `json:"veto_threshold"`
+}
+
+type rawEvaluation struct {
+	MinimumConfidence    *float64 `json:"minimum_confidence"`
+	RequiredBeforeVoting *bool    `json:"required_before_voting"`
+}
+
+type rawCommitment struct {
+	RequireVoteQuorum *bool `json:"require_vote_quorum"`
+}
+
+func badPolicy(format string, args ...any) error {
+	return coord.Errorf(coord.CodeInvalidPolicyDefinition, format, args...)
+}
+
+func section(p *policy.Policy, name string, into any) error {
+	raw := p.Section(name)
+	if len(raw) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return nil
+	}
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
+		return badPolicy("%s must be an object", name)
+	}
+	if err := json.Unmarshal(raw, into); err != nil {
+		return badPolicy("%s: %v", name, err)
+	}
+	return nil
+}
+
+func in01(v float64) bool { return v >= 0 && v <= 1 }
+
+// parseRules validates the decision sections of p against
+// decision-rules.schema.json (RFC-MACP-0012 §4.1) and returns the rules,
+// nil when they constrain nothing. Errors carry INVALID_POLICY_DEFINITION.
+func parseRules(p *policy.Policy, participants []string) (*rules, error) {
+	if p == nil {
+		return nil, nil
+	}
+	var (
+		v  rawVoting
+		o  rawObjections
+		e  rawEvaluation
+		c  rawCommitment
+		r  rules
+		on bool // some knob is not at its permissive default
+	)
+	for _, s := range []struct {
+		name string
+		into any
+	}{{"voting", &v}, {"objection_handling", &o}, {"evaluation", &e}, {"commitment", &c}} {
+		if err := section(p, s.name, s.into); err != nil {
+			return nil, err
+		}
+	}
+
+	if v.Algorithm != nil {
+		switch a := *v.Algorithm; a {
+		case AlgNone:
+		case AlgMajority, AlgSupermajority, AlgUnanimous, AlgWeighted, AlgPlurality:
+			r.algorithm, on = a, true
+		default:
+			return nil, badPolicy("voting.algorithm %q is not one of none, majority, supermajority, unanimous, weighted, plurality", a)
+		}
+	}
+	r.threshold = 0.5
+	if v.Threshold != nil {
+		if !in01(*v.Threshold) {
+			return nil, badPolicy("voting.threshold %v is outside [0, 1]", *v.Threshold)
+		}
+		r.threshold = *v.Threshold
+	}
+	if r.algorithm == AlgSupermajority {
+		if v.Threshold == nil {
+			r.threshold = defaultSupermajority
+		} else if r.threshold <= 0.5 {
+			return nil, badPolicy("voting.threshold %v must exceed 0.5 for supermajority", r.threshold)
+		}
+	}
+	if q := v.Quorum; q != nil {
+		if q.Type != nil {
+			switch *q.Type {
+			case QuorumCount:
+			case QuorumPercentage:
+				r.quorumPct = true
+			default:
+				return nil, badPolicy("voting.quorum.type %q is not count or percentage", *q.Type)
+			}
+		}
+		if q.Value != nil {
+			val := *q.Value
+			if !(val >= 0) || math.IsInf(val, 0) {
+				return nil, badPolicy("voting.quorum.value %v must be >= 0", val)
+			}
+			// Decision (⚠C8): a percentage quorum is a 0..1 share of the
+			// declared participants, as the schema says; the reference
+			// runtime's 0..100 reading is refused loudly rather than guessed.
+			if r.quorumPct && val > 1 {
+				return nil, badPolicy("voting.quorum.value %v: a percentage quorum is a share in [0, 1]", val)
+			}
+			r.quorumValue = val
+			if val > 0 {
+				on = true
+			}
+		}
+	}
+	if r.algorithm == AlgWeighted && v.Weights == nil {
+		return nil, badPolicy("voting.weights is required for the weighted algorithm")
+	}
+	for _, id := range slices.Sorted(maps.Keys(v.Weights)) { // sorted: same error every time
+		if w := v.Weights[id]; !(w >= 0) || math.IsInf(w, 0) {
+			return nil, badPolicy("voting.weights[%q] = %v must be a finite number >= 0", id, v.Weights[id])
+		}
+	}
+	if r.algorithm == AlgWeighted {
+		// Decision: weights apply only to the weighted algorithm (schema
+		// text); a declared participant missing from weights weighs 1, as
+		// in the reference runtime; weights of undeclared ids are ignored.
+		r.weights = make([]float64, len(participants))
+		for i, id := range participants {
+			r.weights[i] = 1
+			if w, ok := v.Weights[id]; ok {
+				r.weights[i] = w
+			}
+		}
+	}
+
+	r.vetoThreshold = 1
+	if o.VetoThreshold != nil {
+		t := *o.VetoThreshold
+		if t != math.Trunc(t) || t < 1 || t > math.MaxInt32 {
+			return nil, badPolicy("objection_handling.veto_threshold %v must be an integer >= 1", t)
+		}
+		r.vetoThreshold = int(t)
+	}
+	if o.CriticalSeverityVetoes != nil && *o.CriticalSeverityVetoes {
+		r.vetoes, on = true, true
+	}
+
+	if e.MinimumConfidence != nil {
+		if !in01(*e.MinimumConfidence) {
+			return nil, badPolicy("evaluation.minimum_confidence %v is outside [0, 1]", *e.MinimumConfidence)
+		}
+		r.minConfidence = *e.MinimumConfidence
+	}
+	if e.RequiredBeforeVoting != nil && *e.RequiredBeforeVoting {
+		r.requiredBeforeVoting, on = true, true
+	}
+	if c.RequireVoteQuorum != nil && *c.RequireVoteQuorum {
+		r.requireVoteQuorum, on = true, true
+	}
+	if !on {
+		return nil, nil
+	}
+	return &r, nil
+}
+
+// qualifies reports whether an Evaluation satisfies
+// evaluation.required_before_voting. Decision: minimum_confidence ("minimum
+// confidence level for evaluations to be considered valid") does not
+// reject Evaluations — they stay on record — it decides which ones count
+// for required_before_voting; REVIEW never counts, being "informational
+// analysis records only" (RFC-MACP-0007 §4; as the reference runtime).
+// minimum_confidence therefore has no effect without required_before_voting.
+func (r *rules) qualifies(recommendation string, confidence float64) bool {
+	if recommendation == RecReview {
+		return false
+	}
+	return r == nil || confidence >= r.minConfidence
+}
+
+// voteAllowed enforces evaluation.required_before_voting on a Vote.
+// Decision (⚠C15, checklist POL-31): this knob acts when the Vote arrives
+// ("at least one evaluation must exist before votes are counted"): a Vote on
+// a proposal with no qualifying Evaluation is refused with POLICY_DENIED —
+// the envelope is well-formed; the bound policy forbids it. The evaluation
+// must be of the proposal voted on.
+func (r *rules) voteAllowed(p *proposal) error {
+	if r == nil || !r.requiredBeforeVoting || p.qualified {
+		return nil
+	}
+	reason := fmt.Sprintf("evaluation.required_before_voting: proposal %q has no evaluation other than REVIEW with confidence >= %v",
+		p.id, r.minConfidence)
+	return &coord.Error{Code: coord.CodePolicyDenied, Message: "policy denies the vote: " + reason, Reasons: []string{reason}}
+}
+
+func (r *rules) weight(idx int) float64 {
+	if r == nil || r.weights == nil {
+		return 1
+	}
+	return r.weights[idx]
+}
+
+// subject picks the proposal a Commitment is judged on. CommitmentPayload
+// names no proposal, so, Decision: it is the proposal with the most APPROVE
+// votes (by weight under the weighted algorithm), ties going to the
+// earliest accepted proposal. All rules below are evaluated on that one
+// proposal's votes and objections.
+func (r *rules) subject(ps []*proposal) *proposal {
+	best := ps[0]
+	for _, p := range ps[1:] {
+		if r.approvals(p) > r.approvals(best) {
+			best = p
+		}
+	}
+	return best
+}
+
+func (r *rules) approvals(p *proposal) float64 {
+	if r.algorithm == AlgWeighted {
+		return p.approveW
+	}
+	return float64(p.approve)
+}
+
+// deny returns the reasons the rules refuse a positive Commitment, none if
+// they allow it. participants is the number of declared participants.
+//
+// Decisions (⚠C8), all on the subject proposal:
+//   - "Cast votes" for thresholds are APPROVE + REJECT: ABSTAIN counts toward
+//     the quorum (the participant took part) but toward no threshold
+//     (RFC-MACP-0007 §4: absent a rule, abstentions count toward nothing).
+//   - majority: strictly more than half of cast votes approve (RFC-MACP-0012
+//     §4.1 "more than 50%"; the reference runtime's >= 0.5 is not followed),
+//     so exactly 50% fails; voting.threshold is ignored.
+//   - supermajority: approve/cast >= threshold; weighted: approve weight /
+//     (approve + reject weight) >= threshold. Ratios are compared exactly,
+//     without rounding (2/3 does not reach 0.67).
+//   - unanimous: every cast vote approves, at least one does (RFC text "all
+//     cast votes", not registries/policies.md "all participants").
+//   - plurality: the subject has at least one APPROVE and strictly more than
+//     any other proposal (a tie for first has no winner); rejections do not
+//     count ("no threshold").
+//   - Quorum is "participation required before votes are counted": under
+//     any algorithm other than none, a missed quorum fails the vote; with
+//     commitment.require_vote_quorum it is required even under none.
+//   - Veto: critical_severity_vetoes counts distinct participants with a
+//     critical Objection on the subject; veto_threshold of them veto. Only
+//     Objections count (BLOCK evaluations are advisory, RFC-MACP-0007 §4).
+//   - Zero cast votes fail every algorithm other than none.
+func (r *rules) deny(ps []*proposal, participants int) []string {
+	if r == nil {
+		return nil
+	}
+	p := r.subject(ps)
+	var reasons []string
+	if r.vetoes && p.criticalCount >= r.vetoThreshold {
+		reasons = append(reasons, fmt.Sprintf("objection_handling: proposal %q is vetoed by %d participant(s) with critical objections (veto_threshold %d)",
+			p.id, p.criticalCount, r.vetoThreshold))
+	}
+	voters := p.approve + p.reject + p.abstain
+	quorum := r.quorumMet(voters, participants)
+	if !quorum && (r.requireVoteQuorum || r.algorithm != "") {
+		reasons = append(reasons, fmt.Sprintf("voting.quorum: %d of %d declared participant(s) voted on proposal %q, quorum is %s",
+			voters, participants, p.id, r.quorumString()))
+	}
+	if quorum && r.algorithm != "" {
+		if why := r.tally(p, ps); why != "" {
+			reasons = append(reasons, why)
+		}
+	}
+	return reasons
+}
+
+func (r *rules) quorumMet(voters, participants int) bool {
+	if r.quorumValue == 0 {
+		return true
+	}
+	if r.quorumPct {
+		// Compare the exact ratio: 7/10 meets 0.7, whereas 0.7*10 rounds up.
+		return participants > 0 && float64(voters)/float64(participants) >= r.quorumValue
+	}
+	return float64(voters) >= r.quorumValue
+}
+
+func (r *rules) quorumString() string {
+	if r.quorumPct {
+		return strconv.FormatFloat(r.quorumValue*100, 'g', -1, 64) + "% of declared participants"
+	}
+	return strconv.FormatFloat(r.quorumValue, 'g', -1, 64) + " vote(s)"
+}
+
+// tally applies the voting algorithm to p, returning why it fails or "".
+func (r *rules) tally(p *proposal, ps []*proposal) string {
+	cast := p.approve + p.reject
+	switch r.algorithm {
+	case AlgMajority:
+		if 2*p.approve > cast {
+			return ""
+		}
+		return fmt.Sprintf("voting.algorithm majority: %d of %d cast vote(s) approve proposal %q; more than half must", p.approve, cast, p.id)
+	case AlgSupermajority:
+		if cast > 0 && float64(p.approve)/float64(cast) >= r.threshold {
+			return ""
+		}
+		return fmt.Sprintf("voting.algorithm supermajority: %d of %d cast vote(s) approve proposal %q; at least %v must",
+			p.approve, cast, p.id, r.threshold)
+	case AlgUnanimous:
+		if p.approve > 0 && p.reject == 0 {
+			return ""
+		}
+		return fmt.Sprintf("voting.algorithm unanimous: %d of %d cast vote(s) approve proposal %q; all must, and at least one",
+			p.approve, cast, p.id)
+	case AlgWeighted:
+		total := p.approveW + p.rejectW
+		if total > 0 && p.approveW/total >= r.threshold {
+			return ""
+		}
+		return fmt.Sprintf("voting.algorithm weighted: approve weight %v of %v cast on proposal %q; at least %v of it must approve",
+			p.approveW, total, p.id, r.threshold)
+	case AlgPlurality:
+		if p.approve == 0 {
+			return fmt.Sprintf("voting.algorithm plurality: proposal %q has no APPROVE vote", p.id)
+		}
+		for _, q := range ps {
+			if q != p && q.approve == p.approve {
+				return fmt.Sprintf("voting.algorithm plurality: proposals %q and %q tie with %d APPROVE vote(s)", p.id, q.id, p.approve)
+			}
+		}
+		return ""
+	}
+	return ""
+}
