@@ -114,3 +114,12 @@ func AsError(err error) *Error {
 	}
 	return &Error{Code: CodeInternalError, Message: "internal error"}
 }
+
+// AsErrorCode is AsError, except that an untyped error gets code c.
+func AsErrorCode(err error, c Code) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{Code: c, Message: err.Error()}
+}

@@ -1,0 +1,69 @@
+// Command macpd is the MACP runtime. Configuration: defaults, then MACP_*
+// environment variables, then flags (see internal/config and the README).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/macpd/macpd/internal/app"
+	"github.com/macpd/macpd/internal/config"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "macpd:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stderr io.Writer) error {
+	cfg := config.Default()
+	if err := cfg.FromEnv(nil); err != nil {
+		return err
+	}
+	fs := flag.NewFlagSet("macpd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	check := fs.Bool("check-config", false, "validate the configuration and exit")
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	if *check {
+		fmt.Fprintln(stderr, "configuration ok")
+		return nil
+	}
+	log := app.NewLogger(cfg, stderr)
+	a, err := app.New(cfg, log)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := a.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "reason", "signal")
+	case err := <-a.Served():
+		if err != nil {
+			return err
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	defer cancel()
+	return a.Shutdown(sctx)
+}

@@ -1,0 +1,168 @@
+// Package app wires a Config into a running macpd: store, mode registry,
+// runtime, authentication and the gRPC server. cmd/macpd is a thin wrapper
+// around it, and end-to-end tests start an App on 127.0.0.1:0.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+
+	"github.com/macpd/macpd/internal/auth"
+	"github.com/macpd/macpd/internal/config"
+	"github.com/macpd/macpd/internal/mode"
+	"github.com/macpd/macpd/internal/mode/decision"
+	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/runtime"
+	"github.com/macpd/macpd/internal/server"
+	"github.com/macpd/macpd/internal/session"
+	"github.com/macpd/macpd/internal/store"
+	"github.com/macpd/macpd/internal/store/memstore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+)
+
+// Version is the macpd release, set at link time.
+var Version = "0.1.0-dev"
+
+// App is one running macpd.
+type App struct {
+	cfg    config.Config
+	log    *slog.Logger
+	store  store.Store
+	rt     *runtime.Runtime
+	grpc   *grpc.Server
+	health *health.Server
+	lis    net.Listener
+	served chan error
+	once   sync.Once
+}
+
+// BuiltinModes returns the registry of modes this build ships.
+func BuiltinModes() *mode.Registry {
+	return mode.NewRegistry(
+		mode.Entry{Mode: decision.New(), Kind: mode.Standard, BuiltIn: true},
+	)
+}
+
+// NewLogger builds the structured logger the config asks for.
+func NewLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(cfg.LogLevel))
+	o := &slog.HandlerOptions{Level: lvl}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, o))
+	}
+	return slog.New(slog.NewTextHandler(w, o))
+}
+
+// New validates cfg and builds the App; Start serves it.
+func New(cfg config.Config, log *slog.Logger) (*App, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var st store.Store
+	if cfg.MemoryOnly {
+		st = memstore.New()
+	} else {
+		return nil, errors.New("the durable store is not available in this build yet: set MACP_MEMORY_ONLY=1 (or --memory-only)")
+	}
+	lim := session.Limits{
+		MaxTTLMs:        cfg.MaxTTL.Milliseconds(),
+		MaxParticipants: cfg.MaxParticipants,
+		MaxPayloadBytes: cfg.MaxPayloadBytes,
+		MaxStartSkewMs:  cfg.StartSkew.Milliseconds(),
+	}
+	rt := runtime.New(st, BuiltinModes(), policy.DefaultOnly{}, runtime.Options{
+		Limits:                      lim,
+		MaxOpenSessionsPerInitiator: cfg.MaxOpenSessions,
+		Logger:                      log,
+	})
+	var authn auth.Chain
+	if cfg.AllowInsecure {
+		authn = append(authn, auth.Dev{})
+	}
+	a := &App{cfg: cfg, log: log, store: st, rt: rt, served: make(chan error, 1)}
+	svc := server.New(rt, authn, server.Options{
+		Info: server.Info{
+			Name:        "macpd",
+			Title:       "macpd",
+			Version:     Version,
+			Description: "MACP runtime: binding multi-agent coordination sessions",
+			WebsiteURL:  "https://github.com/macpd/macpd",
+			AgentID:     "macpd",
+		},
+		// The envelope's payload may use the whole payload limit; leave
+		// room for the rest of the request.
+		MaxRecvBytes: cfg.MaxPayloadBytes + 64<<10,
+		Logger:       log,
+	})
+	var opts []grpc.ServerOption
+	if cfg.TLSCertPath != "" {
+		creds, err := credentials.NewServerTLSFromFile(cfg.TLSCertPath, cfg.TLSKeyPath)
+		if err != nil {
+			return nil, fmt.Errorf("loading TLS certificate: %w", err)
+		}
+		opts = append(opts, grpc.Creds(creds))
+	}
+	a.grpc, a.health = svc.NewGRPCServer(opts...)
+	return a, nil
+}
+
+// Start recovers state, binds the listener and serves in the background.
+func (a *App) Start(ctx context.Context) error {
+	if err := a.rt.Start(ctx); err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", a.cfg.BindAddr)
+	if err != nil {
+		a.rt.Close()
+		return fmt.Errorf("listening on %s: %w", a.cfg.BindAddr, err)
+	}
+	a.lis = lis
+	go func() { a.served <- a.grpc.Serve(lis) }()
+	a.log.Info("macpd serving", "addr", lis.Addr().String(), "version", Version,
+		"store", map[bool]string{true: "memory", false: a.cfg.DataDir}[a.cfg.MemoryOnly],
+		"tls", a.cfg.TLSCertPath != "", "insecure", a.cfg.AllowInsecure)
+	if a.cfg.AllowInsecure {
+		a.log.Warn("insecure mode: plaintext transport and dev bearer identities are enabled; do not use in production")
+	}
+	return nil
+}
+
+// Addr is the bound listen address.
+func (a *App) Addr() string { return a.lis.Addr().String() }
+
+// Runtime exposes the runtime (tests, tools).
+func (a *App) Runtime() *runtime.Runtime { return a.rt }
+
+// Served reports the result of Serve once it returns.
+func (a *App) Served() <-chan error { return a.served }
+
+// Shutdown stops accepting calls, lets in-flight calls finish until ctx
+// ends, then stops the runtime and closes the store.
+func (a *App) Shutdown(ctx context.Context) error {
+	var err error
+	a.once.Do(func() {
+		a.health.Shutdown()
+		stopped := make(chan struct{})
+		go func() { a.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			a.grpc.Stop()
+		}
+		a.rt.Close()
+		err = a.store.Close()
+		a.log.Info("macpd stopped")
+	})
+	return err
+}

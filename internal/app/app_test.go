@@ -1,0 +1,99 @@
+package app_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	decisionv1 "github.com/macpd/macpd/gen/macp/modes/decision/v1"
+	"github.com/macpd/macpd/internal/app"
+	"github.com/macpd/macpd/internal/config"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+)
+
+func startApp(t *testing.T) (*app.App, macpv1.MACPRuntimeServiceClient) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.BindAddr = "127.0.0.1:0"
+	cfg.AllowInsecure = true
+	a, err := app.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+	conn, err := grpc.NewClient(a.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return a, macpv1.NewMACPRuntimeServiceClient(conn)
+}
+
+func as(agent string) context.Context {
+	return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+agent)
+}
+
+func mustMarshal(t *testing.T, m proto.Message) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// A complete Decision session over gRPC: RFC-MACP-0007 happy path, with the
+// sender bound to the authenticated identity (RFC-MACP-0004 §3).
+func TestDecisionSessionOverGRPC(t *testing.T) {
+	_, c := startApp(t)
+	sid := uuid.NewString()
+	env := func(sender, typ, id string, payload []byte) *macpv1.Envelope {
+		return &macpv1.Envelope{MacpVersion: "1.0", Mode: "macp.mode.decision.v1", MessageType: typ, MessageId: id,
+			SessionId: sid, Sender: sender, TimestampUnixMs: time.Now().UnixMilli(), Payload: payload}
+	}
+	send := func(agent string, e *macpv1.Envelope) *macpv1.Ack {
+		t.Helper()
+		r, err := c.Send(as(agent), &macpv1.SendRequest{Envelope: e})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Ack
+	}
+	start := mustMarshal(t, &macpv1.SessionStartPayload{Intent: "pick", Participants: []string{"alice", "bob"},
+		ModeVersion: "1.0.0", ConfigurationVersion: "cfg-1", TtlMs: 60000})
+	if ack := send("coord", env("spoofed", "SessionStart", "m0", start)); !ack.Ok {
+		t.Fatalf("start: %v", ack)
+	}
+	if ack := send("coord", env("coord", "Proposal", "m1", mustMarshal(t, &decisionv1.ProposalPayload{ProposalId: "p1", Option: "x"}))); !ack.Ok {
+		t.Fatalf("proposal: %v", ack)
+	}
+	if ack := send("alice", env("alice", "Vote", "m2", mustMarshal(t, &decisionv1.VotePayload{ProposalId: "p1", Vote: "APPROVE"}))); !ack.Ok {
+		t.Fatalf("vote: %v", ack)
+	}
+	commit := mustMarshal(t, &macpv1.CommitmentPayload{CommitmentId: "c1", Action: "decision.selected", AuthorityScope: "s",
+		Reason: "r", ModeVersion: "1.0.0", ConfigurationVersion: "cfg-1", OutcomePositive: true})
+	if ack := send("alice", env("alice", "Commitment", "m3", commit)); ack.Ok || ack.Error.Code != "FORBIDDEN" {
+		t.Fatalf("non-initiator commitment: %v", ack)
+	}
+	ack := send("coord", env("coord", "Commitment", "m3", commit))
+	if !ack.Ok || ack.SessionState != macpv1.SessionState_SESSION_STATE_RESOLVED {
+		t.Fatalf("commitment: %v", ack)
+	}
+	if ack := send("coord", env("coord", "Commitment", "m3", commit)); !ack.Ok || !ack.Duplicate {
+		t.Fatalf("retried commitment must be a duplicate: %v", ack)
+	}
+	md, err := c.GetSession(as("alice"), &macpv1.GetSessionRequest{SessionId: sid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md.Metadata.Initiator != "coord" || md.Metadata.State != macpv1.SessionState_SESSION_STATE_RESOLVED {
+		t.Fatalf("metadata: %v", md.Metadata)
+	}
+}

@@ -1,0 +1,86 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"unicode"
+
+	"github.com/macpd/macpd/internal/coord"
+	"google.golang.org/grpc/metadata"
+)
+
+// ErrNoCredentials means the request carries no credentials the
+// authenticator understands.
+var ErrNoCredentials = errors.New("auth: no credentials")
+
+// Authenticator resolves request metadata to an identity.
+type Authenticator interface {
+	Authenticate(ctx context.Context, md metadata.MD) (coord.Identity, error)
+}
+
+// Chain tries authenticators in order.
+type Chain []Authenticator
+
+// Authenticate implements Authenticator.
+func (c Chain) Authenticate(ctx context.Context, md metadata.MD) (coord.Identity, error) {
+	for _, a := range c {
+		id, err := a.Authenticate(ctx, md)
+		if errors.Is(err, ErrNoCredentials) {
+			continue
+		}
+		return id, err
+	}
+	return coord.Identity{}, ErrNoCredentials
+}
+
+// BearerToken returns the token of an "authorization: Bearer <token>"
+// header, or "" if there is none.
+func BearerToken(md metadata.MD) string {
+	for _, v := range md.Get("authorization") {
+		if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
+			return strings.TrimSpace(v[7:])
+		}
+	}
+	return ""
+}
+
+// ValidSender reports whether s can be an authenticated sender id: non-empty,
+// at most 256 bytes, printable, no surrounding space, and not starting with
+// '_' (reserved for the runtime's own envelopes, coord.RuntimeSender).
+func ValidSender(s string) bool {
+	if s == "" || len(s) > 256 || s[0] == '_' || strings.TrimSpace(s) != s {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// Dev is the development authenticator: the bearer token (or the
+// x-macp-agent-id header) IS the agent id. It must only be enabled with the
+// insecure switch; anyone can claim any identity with it.
+type Dev struct {
+	// Caps are granted to every dev identity.
+	Caps coord.Capabilities
+}
+
+// Authenticate implements Authenticator.
+func (d Dev) Authenticate(_ context.Context, md metadata.MD) (coord.Identity, error) {
+	id := BearerToken(md)
+	if id == "" {
+		if v := md.Get("x-macp-agent-id"); len(v) > 0 {
+			id = strings.TrimSpace(v[0])
+		}
+	}
+	if id == "" {
+		return coord.Identity{}, ErrNoCredentials
+	}
+	if !ValidSender(id) {
+		return coord.Identity{}, coord.Errorf(coord.CodeUnauthenticated, "dev identity %q is not a valid sender id", id)
+	}
+	return coord.Identity{Sender: id, Caps: d.Caps}, nil
+}

@@ -1,0 +1,192 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the complete runtime configuration.
+type Config struct {
+	// BindAddr is the gRPC listen address (MACP_BIND_ADDR).
+	BindAddr string
+	// DataDir holds durable state (MACP_DATA_DIR).
+	DataDir string
+	// MemoryOnly keeps history in memory only (MACP_MEMORY_ONLY).
+	MemoryOnly bool
+	// AllowInsecure permits plaintext transport and dev bearer identities
+	// (MACP_ALLOW_INSECURE). Never use it in production.
+	AllowInsecure bool
+	// TLSCertPath and TLSKeyPath enable TLS (MACP_TLS_CERT_PATH,
+	// MACP_TLS_KEY_PATH).
+	TLSCertPath, TLSKeyPath string
+	// MaxPayloadBytes caps Envelope.payload (MACP_MAX_PAYLOAD_BYTES).
+	MaxPayloadBytes int
+	// MaxTTL caps SessionStart.ttl_ms (MACP_MAX_TTL_MS).
+	MaxTTL time.Duration
+	// MaxParticipants caps declared participants (MACP_MAX_PARTICIPANTS).
+	MaxParticipants int
+	// MaxOpenSessions caps OPEN sessions per initiator, 0 = no cap
+	// (MACP_MAX_OPEN_SESSIONS).
+	MaxOpenSessions int
+	// StartSkew is the tolerated difference between a SessionStart's
+	// timestamp and the runtime clock, 0 = unchecked (MACP_START_SKEW_MS).
+	StartSkew time.Duration
+	// LogLevel is debug|info|warn|error (MACP_LOG_LEVEL); LogFormat is
+	// text|json (MACP_LOG_FORMAT).
+	LogLevel, LogFormat string
+	// ShutdownGrace bounds graceful shutdown (MACP_SHUTDOWN_GRACE_MS).
+	ShutdownGrace time.Duration
+}
+
+// Default returns the documented defaults.
+func Default() Config {
+	return Config{
+		BindAddr:        "127.0.0.1:50051",
+		DataDir:         ".macp-data",
+		MemoryOnly:      true,
+		MaxPayloadBytes: 1 << 20,
+		MaxTTL:          24 * time.Hour,
+		MaxParticipants: 1000,
+		StartSkew:       5 * time.Minute,
+		LogLevel:        "info",
+		LogFormat:       "text",
+		ShutdownGrace:   10 * time.Second,
+	}
+}
+
+// Validate reports every problem at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.BindAddr); err != nil {
+		errs = append(errs, fmt.Errorf("bind address %q: %v", c.BindAddr, err))
+	}
+	if !c.MemoryOnly && c.DataDir == "" {
+		errs = append(errs, errors.New("data dir must be set unless memory-only"))
+	}
+	if (c.TLSCertPath == "") != (c.TLSKeyPath == "") {
+		errs = append(errs, errors.New("MACP_TLS_CERT_PATH and MACP_TLS_KEY_PATH must be set together"))
+	}
+	if c.MaxPayloadBytes < 1 || c.MaxPayloadBytes > 64<<20 {
+		errs = append(errs, fmt.Errorf("max payload bytes %d must be between 1 and %d", c.MaxPayloadBytes, 64<<20))
+	}
+	if c.MaxTTL < time.Millisecond {
+		errs = append(errs, fmt.Errorf("max ttl %v must be at least 1ms", c.MaxTTL))
+	}
+	if c.MaxParticipants < 1 {
+		errs = append(errs, fmt.Errorf("max participants %d must be at least 1", c.MaxParticipants))
+	}
+	if c.MaxOpenSessions < 0 || c.StartSkew < 0 || c.ShutdownGrace < 0 {
+		errs = append(errs, errors.New("limits must not be negative"))
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("log level %q: use debug, info, warn or error", c.LogLevel))
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("log format %q: use text or json", c.LogFormat))
+	}
+	if c.TLSCertPath == "" && !c.AllowInsecure {
+		errs = append(errs, errors.New("no transport security configured: set MACP_TLS_CERT_PATH and MACP_TLS_KEY_PATH, "+
+			"or for local development set MACP_ALLOW_INSECURE=1 (or --insecure) to serve plaintext with dev bearer identities"))
+	}
+	return errors.Join(errs...)
+}
+
+// Env is the environment lookup, os.LookupEnv by default.
+type Env func(string) (string, bool)
+
+// FromEnv applies MACP_* variables to c.
+func (c *Config) FromEnv(lookup Env) error {
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	var errs []error
+	str := func(name string, dst *string) {
+		if v, ok := lookup(name); ok && v != "" {
+			*dst = v
+		}
+	}
+	boolean := func(name string, dst *bool) {
+		if v, ok := lookup(name); ok && v != "" {
+			b, err := parseBool(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %v", name, err))
+				return
+			}
+			*dst = b
+		}
+	}
+	integer := func(name string, dst *int) {
+		if v, ok := lookup(name); ok && v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %q is not an integer", name, v))
+				return
+			}
+			*dst = n
+		}
+	}
+	millis := func(name string, dst *time.Duration) {
+		if v, ok := lookup(name); ok && v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %q is not an integer number of milliseconds", name, v))
+				return
+			}
+			*dst = time.Duration(n) * time.Millisecond
+		}
+	}
+	str("MACP_BIND_ADDR", &c.BindAddr)
+	str("MACP_DATA_DIR", &c.DataDir)
+	boolean("MACP_MEMORY_ONLY", &c.MemoryOnly)
+	boolean("MACP_ALLOW_INSECURE", &c.AllowInsecure)
+	str("MACP_TLS_CERT_PATH", &c.TLSCertPath)
+	str("MACP_TLS_KEY_PATH", &c.TLSKeyPath)
+	integer("MACP_MAX_PAYLOAD_BYTES", &c.MaxPayloadBytes)
+	millis("MACP_MAX_TTL_MS", &c.MaxTTL)
+	integer("MACP_MAX_PARTICIPANTS", &c.MaxParticipants)
+	integer("MACP_MAX_OPEN_SESSIONS", &c.MaxOpenSessions)
+	millis("MACP_START_SKEW_MS", &c.StartSkew)
+	str("MACP_LOG_LEVEL", &c.LogLevel)
+	str("MACP_LOG_FORMAT", &c.LogFormat)
+	millis("MACP_SHUTDOWN_GRACE_MS", &c.ShutdownGrace)
+	return errors.Join(errs...)
+}
+
+func parseBool(v string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "1", "true", "yes", "on":
+		return true, nil
+	case "0", "false", "no", "off":
+		return false, nil
+	}
+	return false, fmt.Errorf("%q is not a boolean (use 1/0, true/false)", v)
+}
+
+// RegisterFlags binds command-line flags to c; flags parsed later override
+// whatever c holds when RegisterFlags is called (so call FromEnv first).
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.BindAddr, "addr", c.BindAddr, "gRPC listen address (MACP_BIND_ADDR)")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for durable state (MACP_DATA_DIR)")
+	fs.BoolVar(&c.MemoryOnly, "memory-only", c.MemoryOnly, "keep history in memory only (MACP_MEMORY_ONLY)")
+	fs.BoolVar(&c.AllowInsecure, "insecure", c.AllowInsecure, "serve plaintext and accept dev bearer identities; development only (MACP_ALLOW_INSECURE)")
+	fs.StringVar(&c.TLSCertPath, "tls-cert", c.TLSCertPath, "TLS certificate file (MACP_TLS_CERT_PATH)")
+	fs.StringVar(&c.TLSKeyPath, "tls-key", c.TLSKeyPath, "TLS private key file (MACP_TLS_KEY_PATH)")
+	fs.IntVar(&c.MaxPayloadBytes, "max-payload-bytes", c.MaxPayloadBytes, "maximum envelope payload size (MACP_MAX_PAYLOAD_BYTES)")
+	fs.DurationVar(&c.MaxTTL, "max-ttl", c.MaxTTL, "maximum session ttl (MACP_MAX_TTL_MS)")
+	fs.IntVar(&c.MaxParticipants, "max-participants", c.MaxParticipants, "maximum declared participants per session (MACP_MAX_PARTICIPANTS)")
+	fs.IntVar(&c.MaxOpenSessions, "max-open-sessions", c.MaxOpenSessions, "maximum OPEN sessions per initiator, 0 = unlimited (MACP_MAX_OPEN_SESSIONS)")
+	fs.DurationVar(&c.StartSkew, "start-skew", c.StartSkew, "tolerated SessionStart timestamp skew, 0 = unchecked (MACP_START_SKEW_MS)")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error (MACP_LOG_LEVEL)")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json (MACP_LOG_FORMAT)")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "graceful shutdown timeout (MACP_SHUTDOWN_GRACE_MS)")
+}

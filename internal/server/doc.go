@@ -1,0 +1,15 @@
+// Package server binds the runtime to transports. grpc.go implements
+// macp.v1.MACPRuntimeService (RFC-MACP-0006 §3) over internal/runtime:
+// it authenticates each call (internal/auth), converts between the wire
+// types and the core, and maps MACP error codes to gRPC status codes at the
+// edge.
+//
+// Error surfaces: Send reports rejections inside SendResponse.ack with gRPC
+// OK (RFC-MACP-0006 §3.1). Every other RPC reports failure as a gRPC
+// status whose message starts with the MACP code ("SESSION_NOT_FOUND: ...")
+// and whose details carry a macp.v1.MACPError with the code, so clients can
+// branch on the code without parsing text. Code mapping: see grpcCode.
+//
+// RPCs this build does not implement answer UNIMPLEMENTED and are not
+// advertised by Initialize.
+package server

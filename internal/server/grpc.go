@@ -1,0 +1,360 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/auth"
+	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/mode"
+	"github.com/macpd/macpd/internal/runtime"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+)
+
+// Info describes the runtime to clients (Initialize, GetManifest).
+type Info struct {
+	Name, Title, Version, Description, WebsiteURL string
+	// AgentID is the runtime's own manifest id (GetManifest with an empty
+	// or matching agent_id).
+	AgentID string
+	// Endpoint is the advertised gRPC URI, e.g. "grpc://127.0.0.1:50051".
+	Endpoint     string
+	Instructions string
+}
+
+// Options configure the gRPC binding.
+type Options struct {
+	Info Info
+	// Roots are the runtime's advertised roots (ListRoots).
+	Roots []*macpv1.Root
+	// MaxRecvBytes bounds a whole request message, so oversized frames are
+	// refused before they are decoded.
+	MaxRecvBytes int
+	Logger       *slog.Logger
+}
+
+// Service implements macp.v1.MACPRuntimeService.
+type Service struct {
+	macpv1.UnimplementedMACPRuntimeServiceServer
+	rt   *runtime.Runtime
+	auth auth.Authenticator
+	opts Options
+	log  *slog.Logger
+}
+
+// New returns the service over rt, authenticating with a.
+func New(rt *runtime.Runtime, a auth.Authenticator, opts Options) *Service {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Service{rt: rt, auth: a, opts: opts, log: opts.Logger}
+}
+
+// publicMethods may be called without credentials: the discovery calls the
+// official SDKs make before they authenticate (RFC-MACP-0005).
+var publicMethods = map[string]bool{
+	macpv1.MACPRuntimeService_Initialize_FullMethodName:  true,
+	macpv1.MACPRuntimeService_ListModes_FullMethodName:   true,
+	macpv1.MACPRuntimeService_GetManifest_FullMethodName: true,
+	macpv1.MACPRuntimeService_ListRoots_FullMethodName:   true,
+}
+
+type identityKey struct{}
+
+// identityFrom returns the authenticated identity of the call.
+func identityFrom(ctx context.Context) (coord.Identity, bool) {
+	id, ok := ctx.Value(identityKey{}).(coord.Identity)
+	return id, ok
+}
+
+// authenticate resolves the caller; public methods tolerate no credentials.
+func (s *Service) authenticate(ctx context.Context, method string) (context.Context, error) {
+	if !isMACPMethod(method) {
+		return ctx, nil // health, reflection
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	id, err := s.auth.Authenticate(ctx, md)
+	switch {
+	case err == nil:
+		return context.WithValue(ctx, identityKey{}, id), nil
+	case publicMethods[method] && errors.Is(err, auth.ErrNoCredentials):
+		return ctx, nil
+	case errors.Is(err, auth.ErrNoCredentials):
+		return nil, statusErr(coord.Errorf(coord.CodeUnauthenticated, "credentials are required: send authorization: Bearer <token>"))
+	default:
+		s.log.Info("authentication failed", "method", method, "err", err)
+		return nil, statusErr(coord.AsErrorCode(err, coord.CodeUnauthenticated))
+	}
+}
+
+func isMACPMethod(m string) bool {
+	return strings.HasPrefix(m, "/macp.v1.MACPRuntimeService/")
+}
+
+// UnaryInterceptor authenticates unary calls.
+func (s *Service) UnaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	ctx, err := s.authenticate(ctx, info.FullMethod)
+	if err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+type authedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (a *authedStream) Context() context.Context { return a.ctx }
+
+// StreamInterceptor authenticates streaming calls.
+func (s *Service) StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	ctx, err := s.authenticate(ss.Context(), info.FullMethod)
+	if err != nil {
+		return err
+	}
+	return h(srv, &authedStream{ServerStream: ss, ctx: ctx})
+}
+
+// NewGRPCServer builds a grpc.Server with the service, health and
+// reflection registered. extra options are appended (credentials, ...).
+func (s *Service) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *health.Server) {
+	opts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(s.UnaryInterceptor),
+		grpc.ChainStreamInterceptor(s.StreamInterceptor),
+	}
+	if s.opts.MaxRecvBytes > 0 {
+		opts = append(opts, grpc.MaxRecvMsgSize(s.opts.MaxRecvBytes))
+	}
+	g := grpc.NewServer(append(opts, extra...)...)
+	macpv1.RegisterMACPRuntimeServiceServer(g, s)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(g, hs)
+	hs.SetServingStatus(macpv1.MACPRuntimeService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	reflection.Register(g)
+	return g, hs
+}
+
+func (s *Service) capabilities() *macpv1.Capabilities {
+	return &macpv1.Capabilities{
+		Sessions:       &macpv1.SessionsCapability{Stream: false, ListSessions: true, WatchSessions: true},
+		Cancellation:   &macpv1.CancellationCapability{CancelSession: true},
+		Progress:       &macpv1.ProgressCapability{Progress: false},
+		Manifest:       &macpv1.ManifestCapability{GetManifest: true},
+		ModeRegistry:   &macpv1.ModeRegistryCapability{ListModes: true, ListChanged: true},
+		Roots:          &macpv1.RootsCapability{ListRoots: true, ListChanged: true},
+		PolicyRegistry: &macpv1.PolicyRegistryCapability{},
+		Experimental:   &macpv1.ExperimentalCapabilities{Features: map[string]string{}},
+	}
+}
+
+// Initialize negotiates the protocol version (RFC-MACP-0001 §5).
+func (s *Service) Initialize(_ context.Context, req *macpv1.InitializeRequest) (*macpv1.InitializeResponse, error) {
+	if len(req.GetSupportedProtocolVersions()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "supported_protocol_versions must list at least one version")
+	}
+	if !slices.Contains(req.GetSupportedProtocolVersions(), coord.ProtocolVersion) {
+		return nil, statusErr(coord.Errorf(coord.CodeUnsupportedProtocolVersion,
+			"no common protocol version: client offers %v, runtime supports [%s]", req.GetSupportedProtocolVersions(), coord.ProtocolVersion))
+	}
+	i := s.opts.Info
+	return &macpv1.InitializeResponse{
+		SelectedProtocolVersion: coord.ProtocolVersion,
+		RuntimeInfo:             &macpv1.RuntimeInfo{Name: i.Name, Title: i.Title, Version: i.Version, Description: i.Description, WebsiteUrl: i.WebsiteURL},
+		Capabilities:            s.capabilities(),
+		SupportedModes:          s.rt.Modes().IDs(),
+		Instructions:            i.Instructions,
+	}, nil
+}
+
+// Send admits one envelope (RFC-MACP-0001 §7; RFC-MACP-0006 §3.1).
+func (s *Service) Send(ctx context.Context, req *macpv1.SendRequest) (*macpv1.SendResponse, error) {
+	id, _ := identityFrom(ctx)
+	if req.GetEnvelope() == nil {
+		return nil, status.Error(codes.InvalidArgument, "SendRequest.envelope is required")
+	}
+	return &macpv1.SendResponse{Ack: s.rt.Send(ctx, id, req.Envelope)}, nil
+}
+
+// GetSession returns session metadata to its initiator, participants and
+// observers.
+func (s *Service) GetSession(ctx context.Context, req *macpv1.GetSessionRequest) (*macpv1.GetSessionResponse, error) {
+	id, _ := identityFrom(ctx)
+	if req.GetSessionId() == "" {
+		return nil, statusErr(coord.Errorf(coord.CodeInvalidEnvelope, "session_id is required"))
+	}
+	md, err := s.rt.GetSession(ctx, id, req.SessionId)
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	return &macpv1.GetSessionResponse{Metadata: md}, nil
+}
+
+// CancelSession ends a session as EXPIRED on its initiator's request.
+func (s *Service) CancelSession(ctx context.Context, req *macpv1.CancelSessionRequest) (*macpv1.CancelSessionResponse, error) {
+	id, _ := identityFrom(ctx)
+	if req.GetSessionId() == "" {
+		return nil, statusErr(coord.Errorf(coord.CodeInvalidEnvelope, "session_id is required"))
+	}
+	ack, err := s.rt.Cancel(ctx, id, req.SessionId, req.Reason)
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	return &macpv1.CancelSessionResponse{Ack: ack}, nil
+}
+
+// GetManifest returns the runtime's own manifest (RFC-MACP-0005).
+func (s *Service) GetManifest(_ context.Context, req *macpv1.GetManifestRequest) (*macpv1.GetManifestResponse, error) {
+	i := s.opts.Info
+	if req.GetAgentId() != "" && req.GetAgentId() != i.AgentID {
+		return nil, status.Errorf(codes.NotFound, "no manifest is known for agent %q", req.GetAgentId())
+	}
+	m := &macpv1.AgentManifest{
+		AgentId:            i.AgentID,
+		Title:              i.Title,
+		Description:        i.Description,
+		SupportedModes:     s.rt.Modes().IDs(),
+		InputContentTypes:  []string{"application/macp-envelope+proto"},
+		OutputContentTypes: []string{"application/macp-envelope+proto"},
+		Metadata:           map[string]string{"runtime": i.Name, "version": i.Version},
+	}
+	if i.Endpoint != "" {
+		m.TransportEndpoints = []*macpv1.TransportEndpoint{{
+			Transport:    "macp.transport.grpc.v1",
+			Uri:          i.Endpoint,
+			ContentTypes: []string{"application/macp-envelope+proto"},
+		}}
+	}
+	return &macpv1.GetManifestResponse{Manifest: m}, nil
+}
+
+// ListModes lists standards-track modes.
+func (s *Service) ListModes(context.Context, *macpv1.ListModesRequest) (*macpv1.ListModesResponse, error) {
+	return &macpv1.ListModesResponse{Modes: s.rt.Modes().Descriptors(mode.Standard)}, nil
+}
+
+// ListRoots lists the runtime's configured roots.
+func (s *Service) ListRoots(context.Context, *macpv1.ListRootsRequest) (*macpv1.ListRootsResponse, error) {
+	return &macpv1.ListRootsResponse{Roots: s.opts.Roots}, nil
+}
+
+// ListSessions lists the sessions the caller may see.
+func (s *Service) ListSessions(ctx context.Context, _ *macpv1.ListSessionsRequest) (*macpv1.ListSessionsResponse, error) {
+	id, _ := identityFrom(ctx)
+	return &macpv1.ListSessionsResponse{Sessions: s.rt.ListSessions(ctx, id)}, nil
+}
+
+// WatchRoots sends one change hint, then one per change (roots are static
+// in this build, so the stream idles until the client leaves).
+func (s *Service) WatchRoots(_ *macpv1.WatchRootsRequest, stream grpc.ServerStreamingServer[macpv1.WatchRootsResponse]) error {
+	if err := stream.Send(&macpv1.WatchRootsResponse{Change: &macpv1.RootsChanged{ObservedAtUnixMs: time.Now().UnixMilli()}}); err != nil {
+		return err
+	}
+	<-stream.Context().Done()
+	return nil
+}
+
+// WatchModeRegistry sends one hint, then one per registry change.
+func (s *Service) WatchModeRegistry(_ *macpv1.WatchModeRegistryRequest, stream grpc.ServerStreamingServer[macpv1.WatchModeRegistryResponse]) error {
+	sub := s.rt.Registry.Subscribe()
+	defer s.rt.Registry.Unsubscribe(sub)
+	hint := func(at int64) error {
+		return stream.Send(&macpv1.WatchModeRegistryResponse{Change: &macpv1.RegistryChanged{Registry: "modes", ObservedAtUnixMs: at}})
+	}
+	if err := hint(time.Now().UnixMilli()); err != nil {
+		return err
+	}
+	for {
+		select {
+		case at := <-sub.C:
+			// Coalesce hints that queued up meanwhile: one is enough.
+			for len(sub.C) > 0 {
+				at = <-sub.C
+			}
+			if err := hint(at); err != nil {
+				return err
+			}
+		case <-sub.Done():
+			// Hints are idempotent; a lagging watcher just gets a fresh one.
+			sub = s.rt.Registry.Subscribe()
+			defer s.rt.Registry.Unsubscribe(sub)
+			if err := hint(time.Now().UnixMilli()); err != nil {
+				return err
+			}
+		case <-stream.Context().Done():
+			return nil
+		}
+	}
+}
+
+// WatchSignals streams ambient signals as they are accepted.
+func (s *Service) WatchSignals(_ *macpv1.WatchSignalsRequest, stream grpc.ServerStreamingServer[macpv1.WatchSignalsResponse]) error {
+	sub := s.rt.Signals.Subscribe()
+	defer s.rt.Signals.Unsubscribe(sub)
+	for {
+		select {
+		case env := <-sub.C:
+			if err := stream.Send(&macpv1.WatchSignalsResponse{Envelope: env}); err != nil {
+				return err
+			}
+		case <-sub.Done():
+			return status.Error(codes.ResourceExhausted, "RATE_LIMITED: signal watcher fell behind and was disconnected; reconnect to continue")
+		case <-stream.Context().Done():
+			return nil
+		}
+	}
+}
+
+// WatchSessions sends a CREATED event for every OPEN session the caller may
+// see (initial sync), then lifecycle events as they become durable.
+func (s *Service) WatchSessions(_ *macpv1.WatchSessionsRequest, stream grpc.ServerStreamingServer[macpv1.WatchSessionsResponse]) error {
+	ctx := stream.Context()
+	id, _ := identityFrom(ctx)
+	sub := s.rt.Lifecycle.Subscribe()
+	defer s.rt.Lifecycle.Unsubscribe(sub)
+	synced := make(map[string]bool)
+	now := time.Now().UnixMilli()
+	for _, md := range s.rt.ListSessions(ctx, id) {
+		if md.State != macpv1.SessionState_SESSION_STATE_OPEN {
+			continue
+		}
+		synced[md.SessionId] = true
+		ev := &macpv1.SessionLifecycleEvent{EventType: macpv1.SessionLifecycleEvent_EVENT_TYPE_CREATED, Session: md, ObservedAtUnixMs: now}
+		if err := stream.Send(&macpv1.WatchSessionsResponse{Event: ev}); err != nil {
+			return err
+		}
+	}
+	for {
+		select {
+		case ev := <-sub.C:
+			if !runtime.MayObserveMetadata(id, ev.Session) {
+				continue
+			}
+			// A session created between subscribing and the initial sync
+			// was already reported as CREATED.
+			if ev.Type == macpv1.SessionLifecycleEvent_EVENT_TYPE_CREATED && synced[ev.Session.SessionId] {
+				delete(synced, ev.Session.SessionId)
+				continue
+			}
+			out := &macpv1.SessionLifecycleEvent{EventType: ev.Type, Session: ev.Session, ObservedAtUnixMs: ev.ObservedMs}
+			if err := stream.Send(&macpv1.WatchSessionsResponse{Event: out}); err != nil {
+				return err
+			}
+		case <-sub.Done():
+			return status.Error(codes.ResourceExhausted, "RATE_LIMITED: lifecycle watcher fell behind; re-sync with ListSessions and watch again")
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
