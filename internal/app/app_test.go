@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	decisionv1 "github.com/macpd/macpd/gen/macp/modes/decision/v1"
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/app"
 	"github.com/macpd/macpd/internal/config"
 	"google.golang.org/grpc"
