@@ -14,3 +14,18 @@ generate: ## Regenerate gen/ from proto/ (needs protoc; see scripts/generate.sh)
 .PHONY: checkgenerate
 checkgenerate: ## Fail if committed gen/ differs from a fresh generation
 	bash scripts/generate.sh --check
+
+.PHONY: test
+test: ## Run vet, the format check and all tests (race detector on)
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+	go vet ./...
+	go test -race -count=1 ./...
+
+.PHONY: build
+build: ## Build bin/macpd and bin/macpctl
+	go build -o bin/ ./cmd/...
+
+.PHONY: run
+run: ## Run macpd for local development (plaintext, dev identities, in-memory)
+	MACP_ALLOW_INSECURE=1 go run ./cmd/macpd
