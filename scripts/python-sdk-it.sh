@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Run the official MACP Python SDK's integration tests (unmodified) against a
+# running macpd.
+#
+# Usage: scripts/python-sdk-it.sh SDK_DIR [pytest args...]
+#
+#   SDK_DIR          checkout of the python-sdk repo (needs src/macp_sdk and
+#                    tests/); it is never modified.
+#   pytest args      passed through to pytest after the test path. To run a
+#                    different suite (e.g. the SDK's unit tests as an
+#                    environment sanity check) set MACP_SDK_TESTS=tests/unit.
+#
+# Environment:
+#   MACP_PROTO_DIR   proto root holding macp/v1/*.proto and
+#                    macp/modes/*/v1/*.proto (default: proto, relative to the
+#                    repo root).
+#   MACP_SDK_TESTS   test path relative to SDK_DIR (default: tests/integration).
+#   MACP_RUNTIME_TARGET  read by some SDK tests (default 127.0.0.1:50051);
+#                    test_modes.py hardcodes 127.0.0.1:50051.
+#   MACP_IT_KEEP_STUBS=1 keep the generated stub directory (path is printed).
+#   MACP_IT_NO_INSTALL=1 never call apt-get; fail if tools are missing.
+#   PYTEST_TIMEOUT   per-test timeout in seconds (pytest-timeout; default 120).
+#
+# The runtime must already be listening (e.g. `MACP_ALLOW_INSECURE=1 macpd`
+# on 127.0.0.1:50051); this script does not start it.
+#
+# Python environment: Debian bookworm's /usr/bin/python3 (3.11) with
+# python3-grpcio 1.51, python3-protobuf 3.21, python3-pytest 7.2,
+# python3-pytest-asyncio 0.20 and python3-pytest-timeout 2.1. The SDK declares
+# grpcio>=1.74 / protobuf>=5.27 but only uses APIs that these older versions
+# also provide (its unit suite passes unmodified here); the stubs are
+# generated here with the matching protoc 3.21 + grpc_python_plugin 1.51, so
+# no version-check shim is needed (the prebuilt macp-proto wheel's stubs
+# would refuse to import on grpcio<1.78, which is why we generate our own).
+set -euo pipefail
+
+usage() {
+  echo "usage: $0 SDK_DIR [pytest args...]" >&2
+  exit 2
+}
+
+[[ $# -ge 1 ]] || usage
+SDK_DIR=$1
+shift
+[[ -d "$SDK_DIR/src/macp_sdk" ]] || {
+  echo "error: $SDK_DIR does not look like the python-sdk (no src/macp_sdk)" >&2
+  exit 2
+}
+SDK_DIR=$(cd "$SDK_DIR" && pwd)
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PROTO_DIR=${MACP_PROTO_DIR:-proto}
+case "$PROTO_DIR" in
+  /*) ;;
+  *) PROTO_DIR="$ROOT/$PROTO_DIR" ;;
+esac
+missing=()
+for f in macp/v1/core.proto macp/v1/envelope.proto macp/v1/policy.proto \
+  macp/modes/decision/v1/decision.proto macp/modes/proposal/v1/proposal.proto \
+  macp/modes/task/v1/task.proto macp/modes/handoff/v1/handoff.proto \
+  macp/modes/quorum/v1/quorum.proto; do
+  [[ -f "$PROTO_DIR/$f" ]] || missing+=("$f")
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+  echo "error: proto dir $PROTO_DIR lacks: ${missing[*]} (set MACP_PROTO_DIR)" >&2
+  exit 2
+fi
+
+PY=/usr/bin/python3
+TESTS=${MACP_SDK_TESTS:-tests/integration}
+
+# ── 1. Debian packages ──────────────────────────────────────────────────
+need_install() {
+  [[ -x $PY ]] || return 0
+  command -v protoc >/dev/null 2>&1 || return 0
+  command -v grpc_python_plugin >/dev/null 2>&1 || return 0
+  $PY - <<'EOF' >/dev/null 2>&1 || return 0
+import grpc, google.protobuf, pytest, pytest_asyncio, pytest_timeout
+EOF
+  return 1
+}
+
+if need_install; then
+  if [[ ${MACP_IT_NO_INSTALL:-0} == 1 ]]; then
+    echo "error: required packages missing and MACP_IT_NO_INSTALL=1" >&2
+    exit 1
+  fi
+  SUDO=
+  if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; fi
+  echo "python-sdk-it: installing Debian packages..." >&2
+  $SUDO apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    python3 python3-grpcio python3-protobuf python3-pytest python3-pytest-asyncio \
+    python3-pytest-timeout protobuf-compiler protobuf-compiler-grpc >&2
+fi
+
+# ── 2. Generate Python stubs ────────────────────────────────────────────
+STUBS=$(mktemp -d "${TMPDIR:-/tmp}/macp-pystubs.XXXXXX")
+# shellcheck disable=SC2317  # invoked via trap
+cleanup() {
+  if [[ ${MACP_IT_KEEP_STUBS:-0} == 1 ]]; then
+    echo "python-sdk-it: stubs kept in $STUBS" >&2
+  else
+    rm -rf "$STUBS"
+  fi
+}
+trap cleanup EXIT
+
+mapfile -t PROTOS < <(cd "$PROTO_DIR" && find macp -name '*.proto' | LC_ALL=C sort)
+[[ ${#PROTOS[@]} -gt 0 ]] || { echo "error: no .proto files under $PROTO_DIR/macp" >&2; exit 2; }
+
+# Include the well-known types (google/protobuf/*.proto, shipped in
+# /usr/include by Debian's protobuf-compiler) in case our protos import them.
+INCLUDES=(-I "$PROTO_DIR")
+[[ -d /usr/include/google/protobuf ]] && INCLUDES+=(-I /usr/include)
+
+protoc "${INCLUDES[@]}" \
+  --python_out="$STUBS" \
+  --grpc_python_out="$STUBS" \
+  --plugin=protoc-gen-grpc_python="$(command -v grpc_python_plugin)" \
+  "${PROTOS[@]}"
+
+# Package markers: every directory below macp/ becomes a regular package,
+# matching the layout of the macp-proto wheel.
+find "$STUBS/macp" -type d -exec touch {}/__init__.py \;
+
+# Smoke-import what the SDK needs, so a stub problem fails loudly here rather
+# than as a pile of collection errors.
+PYTHONPATH="$STUBS" PYTHONNOUSERSITE=1 $PY - <<'EOF'
+import importlib
+mods = [
+    "macp.v1.core_pb2", "macp.v1.core_pb2_grpc", "macp.v1.envelope_pb2",
+    "macp.v1.policy_pb2",
+    "macp.modes.decision.v1.decision_pb2", "macp.modes.proposal.v1.proposal_pb2",
+    "macp.modes.task.v1.task_pb2", "macp.modes.handoff.v1.handoff_pb2",
+    "macp.modes.quorum.v1.quorum_pb2",
+]
+for m in mods:
+    importlib.import_module(m)
+from macp.v1 import core_pb2
+fields = {f.name for f in core_pb2.StreamSessionRequest.DESCRIPTOR.fields}
+missing = {"envelope", "subscribe_session_id", "after_sequence"} - fields
+if missing:
+    raise SystemExit(f"StreamSessionRequest lacks fields {sorted(missing)} (SDK needs macp-proto>=0.1.2 shape)")
+EOF
+
+# ── 3. Run pytest ───────────────────────────────────────────────────────
+# Run from SDK_DIR so pyproject's [tool.pytest.ini_options] (asyncio_mode=auto,
+# markers) and tests/conftest.py apply. -p no:cacheprovider keeps SDK_DIR
+# unmodified (no .pytest_cache); PYTHONDONTWRITEBYTECODE avoids __pycache__.
+cd "$SDK_DIR"
+# The caller's PYTHONPATH and user site-packages are deliberately dropped so
+# nothing (e.g. a pyenv grpcio/protobuf) can shadow Debian's modules.
+export PYTHONPATH="$STUBS:$SDK_DIR/src"
+export PYTHONNOUSERSITE=1
+export PYTHONDONTWRITEBYTECODE=1
+# pytest-timeout: a wedged runtime (accepted connection, no reply) must not
+# hang CI forever; the SDK sets no gRPC deadlines of its own.
+export PYTEST_TIMEOUT=${PYTEST_TIMEOUT:-120}
+set +e
+$PY -m pytest -p no:cacheprovider "$TESTS" "$@"
+rc=$?
+set -e
+exit $rc
