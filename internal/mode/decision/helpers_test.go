@@ -1,0 +1,187 @@
+package decision_test
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	decisionv1 "github.com/macpd/macpd/gen/macp/modes/decision/v1"
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/mode"
+	"github.com/macpd/macpd/internal/mode/decision"
+	"github.com/macpd/macpd/internal/mode/modetest"
+	"github.com/macpd/macpd/internal/policy"
+)
+
+const (
+	initiator = "agent://orchestrator"
+	outsider  = "agent://outsider"
+	alice     = "agent://a"
+	bob       = "agent://b"
+	carol     = "agent://c"
+	dave      = "agent://d"
+)
+
+var msgSeq int
+
+func msg(typ, sender string, payload []byte) mode.Message {
+	msgSeq++
+	return mode.Message{Type: typ, ID: fmt.Sprintf("m%d", msgSeq), Sender: sender, Payload: payload}
+}
+
+func marshal(m proto.Message) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// binding returns a decision binding with the given policy rules JSON ("" =
+// policy.default) and participants (default a, b).
+func binding(t testing.TB, rules string, participants ...string) *mode.Binding {
+	t.Helper()
+	if participants == nil {
+		participants = []string{alice, bob}
+	}
+	pol := policy.MustDefault()
+	if rules != "" {
+		var err error
+		pol, err = policy.Parse(policy.Descriptor{ID: "policy.test.rules", Mode: decision.ModeID, Rules: rules, SchemaVersion: 1})
+		if err != nil {
+			t.Fatalf("policy.Parse(%s): %v", rules, err)
+		}
+	}
+	return &mode.Binding{
+		SessionID: "s1", Mode: decision.ModeID, ModeVersion: decision.ModeVersion,
+		ConfigurationVersion: "cfg-1", PolicyVersion: pol.Descriptor.ID, Policy: pol,
+		Initiator: initiator, Participants: participants,
+	}
+}
+
+func propIn(sender, id, option string) modetest.Input {
+	return modetest.Input{Msg: msg(decision.TypeProposal, sender,
+		marshal(&decisionv1.ProposalPayload{ProposalId: id, Option: option, Rationale: "because " + id}))}
+}
+
+func evalIn(sender, pid, rec string, conf float64) modetest.Input {
+	return modetest.Input{Msg: msg(decision.TypeEvaluation, sender,
+		marshal(&decisionv1.EvaluationPayload{ProposalId: pid, Recommendation: rec, Confidence: conf, Reason: "eval"}))}
+}
+
+func objIn(sender, pid, severity string) modetest.Input {
+	return modetest.Input{Msg: msg(decision.TypeObjection, sender,
+		marshal(&decisionv1.ObjectionPayload{ProposalId: pid, Reason: "concern", Severity: severity}))}
+}
+
+func voteIn(sender, pid, v string) modetest.Input {
+	return modetest.Input{Msg: msg(decision.TypeVote, sender,
+		marshal(&decisionv1.VotePayload{ProposalId: pid, Vote: v, Reason: "r-" + v}))}
+}
+
+func rawIn(typ, sender string, payload []byte) modetest.Input {
+	return modetest.Input{Msg: msg(typ, sender, payload)}
+}
+
+func commitIn(sender string, positive bool) modetest.Input {
+	action := "decision.selected"
+	if !positive {
+		action = "decision.rejected"
+	}
+	return modetest.Input{
+		Msg: msg(coord.TypeCommitment, sender, nil),
+		Commitment: &macpv1.CommitmentPayload{
+			CommitmentId: "c1", Action: action, AuthorityScope: "test", Reason: "done",
+			ModeVersion: decision.ModeVersion, ConfigurationVersion: "cfg-1", OutcomePositive: positive,
+		},
+	}
+}
+
+// Step constructors: ok expects acceptance, rej a code.
+func ok(in modetest.Input, note string) modetest.Step { return modetest.Step{Input: in, Note: note} }
+
+func rej(in modetest.Input, code coord.Code, note string) modetest.Step {
+	return modetest.Step{Input: in, Want: code, Note: note}
+}
+
+// gen is the Decision Mode generator for randomized runs and fuzzing: mostly
+// well-formed messages over small id pools, so references, duplicates,
+// phases, policies and positive Commitments are all reached.
+type gen struct{}
+
+var genPolicies = []string{
+	"",
+	`{"voting":{"algorithm":"majority"}}`,
+	`{"voting":{"algorithm":"supermajority","threshold":0.6,"quorum":{"type":"count","value":2}},"commitment":{"require_vote_quorum":true}}`,
+	`{"voting":{"algorithm":"unanimous"}}`,
+	`{"voting":{"algorithm":"weighted","threshold":0.5,"weights":{"agent://a":2,"agent://b":0.5,"agent://c":0}}}`,
+	`{"voting":{"algorithm":"plurality","quorum":{"type":"percentage","value":0.5}}}`,
+	`{"objection_handling":{"critical_severity_vetoes":true,"veto_threshold":1}}`,
+	`{"evaluation":{"minimum_confidence":0.6,"required_before_voting":true}}`,
+	`{"voting":{"algorithm":"none","quorum":{"type":"count","value":1}},"commitment":{"require_vote_quorum":true}}`,
+}
+
+var genSenders = []string{alice, bob, carol, dave}
+
+func (gen) Binding(r *modetest.Rand) *mode.Binding {
+	n := 1 + r.Intn(len(genSenders))
+	if n == 1 && r.Bool() {
+		n = len(genSenders)
+	}
+	participants := append([]string(nil), genSenders[:n]...)
+	b := binding(nilTB{}, genPolicies[r.Intn(len(genPolicies))], participants...)
+	if r.Chance(1, 4) {
+		b.Initiator = participants[0]
+	}
+	return b
+}
+
+func (gen) Next(r *modetest.Rand, b *mode.Binding, seq int) modetest.Input {
+	var sender string
+	switch k := r.Intn(10); {
+	case k == 0:
+		sender = outsider
+	case k == 1:
+		sender = b.Initiator
+	default:
+		sender = b.Participants[r.Intn(len(b.Participants))]
+	}
+	pid := r.Pick("p1", "p2", "p3", "p1", "")
+	var in modetest.Input
+	k := r.Intn(20)
+	if seq < 2 {
+		k %= 4 // open with proposals, so later messages have something to reference
+	}
+	switch {
+	case k < 4:
+		in = propIn(sender, pid, r.Pick("deploy", "rollback", "deploy", "", " "))
+	case k < 7:
+		in = evalIn(sender, pid, r.Pick("APPROVE", "REVIEW", "BLOCK", "REJECT", "APPROVE", "approve", ""),
+			[]float64{0, 0.5, 0.7, 1, 1.5, -0.1, math.NaN(), 0.9}[r.Intn(8)])
+	case k < 9:
+		in = objIn(sender, pid, r.Pick("", "low", "medium", "high", "critical", "critical", "CRITICAL"))
+	case k < 17:
+		in = voteIn(sender, pid, r.Pick("APPROVE", "REJECT", "ABSTAIN", "APPROVE", "APPROVE", "approve"))
+	case k < 18:
+		// The core passes on only Commitments from a sender with
+		// commitment authority.
+		in = commitIn(b.Initiator, r.Chance(3, 4))
+	default:
+		in = rawIn(r.Pick(decision.TypeProposal, decision.TypeEvaluation, decision.TypeObjection, decision.TypeVote),
+			sender, r.Bytes(12))
+	}
+	in.Msg.ID = fmt.Sprintf("m%d", seq)
+	return in
+}
+
+// nilTB lets the generator build bindings outside a test; binding() only
+// calls Fatalf on a bad fixed policy, which is a programming error.
+type nilTB struct{ testing.TB }
+
+func (nilTB) Helper() {}
+func (nilTB) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}
