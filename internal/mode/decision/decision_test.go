@@ -587,7 +587,7 @@ func TestRejectedLeavesProjectUnchanged(t *testing.T) {
 		evalIn(outsider, "p1", "APPROVE", 1), evalIn(alice, "p9", "APPROVE", 1), evalIn(alice, "p1", "approve", 1), evalIn(alice, "p1", "APPROVE", 2),
 		objIn(outsider, "p1", "low"), objIn(alice, "p9", "low"), objIn(alice, "p1", "LOW"),
 		voteIn(outsider, "p1", "APPROVE"), voteIn(alice, "p9", "APPROVE"), voteIn(alice, "p1", "yes"),
-		voteIn(alice, "p2", "APPROVE"), // POLICY_DENIED: p2 not evaluated
+		voteIn(alice, "p2", "APPROVE"),                        // POLICY_DENIED: p2 not evaluated
 		rawIn("Bogus", alice, nil), commitIn(initiator, true), // POLICY_DENIED: no votes
 	}
 	// After one accepted vote (phase Voting), more reject paths.
