@@ -1,6 +1,7 @@
 package session
 
 import (
+	"math"
 	"slices"
 	"strings"
 
@@ -110,6 +111,9 @@ func Start(env *macpv1.Envelope, nowMs int64, deps Deps) (*Session, Record, erro
 	} else if skew := deps.Limits.MaxStartSkewMs; skew > 0 && (ts > nowMs+skew || ts < nowMs-skew) {
 		return nil, Record{}, coord.Errorf(coord.CodeInvalidEnvelope,
 			"timestamp_unix_ms is more than %d ms away from the runtime clock; it determines the deadline", skew)
+	}
+	if ts > 0 && p.TtlMs > math.MaxInt64-ts {
+		return nil, Record{}, coord.Errorf(coord.CodeInvalidEnvelope, "timestamp_unix_ms + ttl_ms overflows")
 	}
 
 	policyID := p.PolicyVersion
