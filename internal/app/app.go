@@ -14,6 +14,7 @@ import (
 
 	"github.com/macpd/macpd/internal/auth"
 	"github.com/macpd/macpd/internal/config"
+	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/decision"
 	"github.com/macpd/macpd/internal/policy"
@@ -88,7 +89,9 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 	})
 	var authn auth.Chain
 	if cfg.AllowInsecure {
-		authn = append(authn, auth.Dev{})
+		// Dev identities may manage the mode registry (issue #3: "dev mode:
+		// allowed").
+		authn = append(authn, auth.Dev{Caps: coord.Capabilities{CanManageModeRegistry: true}})
 	}
 	a := &App{cfg: cfg, log: log, store: st, rt: rt, served: make(chan error, 1)}
 	svc := server.New(rt, authn, server.Options{

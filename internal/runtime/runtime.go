@@ -67,6 +67,7 @@ type Runtime struct {
 	opts     Options
 	store    store.Store
 	modes    atomic.Pointer[mode.Registry]
+	regMu    sync.Mutex // serializes registry changes
 	policies policy.Lookup
 	log      *slog.Logger
 

@@ -68,6 +68,11 @@ var publicMethods = map[string]bool{
 	macpv1.MACPRuntimeService_ListModes_FullMethodName:   true,
 	macpv1.MACPRuntimeService_GetManifest_FullMethodName: true,
 	macpv1.MACPRuntimeService_ListRoots_FullMethodName:   true,
+	// Registry and roots change hints and the extension-mode list are
+	// discovery too; the official SDKs call them without metadata.
+	macpv1.MACPRuntimeService_ListExtModes_FullMethodName:      true,
+	macpv1.MACPRuntimeService_WatchModeRegistry_FullMethodName: true,
+	macpv1.MACPRuntimeService_WatchRoots_FullMethodName:        true,
 }
 
 type identityKey struct{}
@@ -155,7 +160,7 @@ func (s *Service) capabilities() *macpv1.Capabilities {
 		ModeRegistry:   &macpv1.ModeRegistryCapability{ListModes: true, ListChanged: true},
 		Roots:          &macpv1.RootsCapability{ListRoots: true, ListChanged: true},
 		PolicyRegistry: &macpv1.PolicyRegistryCapability{},
-		Experimental:   &macpv1.ExperimentalCapabilities{Features: map[string]string{}},
+		Experimental:   &macpv1.ExperimentalCapabilities{Features: map[string]string{"ext_mode_lifecycle": "true"}},
 	}
 }
 

@@ -1,0 +1,45 @@
+package server
+
+import (
+	"context"
+
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/mode"
+)
+
+// Extension-mode lifecycle RPCs (RFC-MACP-0006 §3.6). Failures are
+// reported as ok=false with a free-text error (checklist ERR-22); the text
+// starts with the MACP code.
+
+// ListExtModes lists extension modes (not standards-track ones).
+func (s *Service) ListExtModes(context.Context, *macpv1.ListExtModesRequest) (*macpv1.ListExtModesResponse, error) {
+	return &macpv1.ListExtModesResponse{Modes: s.rt.Modes().Descriptors(mode.Extension)}, nil
+}
+
+// RegisterExtMode registers a passthrough extension mode.
+func (s *Service) RegisterExtMode(ctx context.Context, req *macpv1.RegisterExtModeRequest) (*macpv1.RegisterExtModeResponse, error) {
+	id, _ := identityFrom(ctx)
+	if err := s.rt.RegisterExtMode(id, req.GetModeDescriptor()); err != nil {
+		return &macpv1.RegisterExtModeResponse{Ok: false, Error: err.Error()}, nil
+	}
+	return &macpv1.RegisterExtModeResponse{Ok: true}, nil
+}
+
+// UnregisterExtMode removes a registered extension mode.
+func (s *Service) UnregisterExtMode(ctx context.Context, req *macpv1.UnregisterExtModeRequest) (*macpv1.UnregisterExtModeResponse, error) {
+	id, _ := identityFrom(ctx)
+	if err := s.rt.UnregisterExtMode(id, req.GetMode()); err != nil {
+		return &macpv1.UnregisterExtModeResponse{Ok: false, Error: err.Error()}, nil
+	}
+	return &macpv1.UnregisterExtModeResponse{Ok: true}, nil
+}
+
+// PromoteMode makes an extension mode standards-track.
+func (s *Service) PromoteMode(ctx context.Context, req *macpv1.PromoteModeRequest) (*macpv1.PromoteModeResponse, error) {
+	id, _ := identityFrom(ctx)
+	name, err := s.rt.PromoteMode(id, req.GetMode(), req.GetPromotedModeName())
+	if err != nil {
+		return &macpv1.PromoteModeResponse{Ok: false, Error: err.Error()}, nil
+	}
+	return &macpv1.PromoteModeResponse{Ok: true, Mode: name}, nil
+}
