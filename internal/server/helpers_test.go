@@ -1,0 +1,314 @@
+package server_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	decisionv1 "github.com/macpd/macpd/gen/macp/modes/decision/v1"
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/app"
+	"github.com/macpd/macpd/internal/auth"
+	"github.com/macpd/macpd/internal/config"
+	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/runtime"
+	"github.com/macpd/macpd/internal/server"
+	"github.com/macpd/macpd/internal/store/memstore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+const decisionMode = "macp.mode.decision.v1"
+
+// testEnv is one in-process macpd and a client connected to it over real
+// gRPC on 127.0.0.1.
+type testEnv struct {
+	app  *app.App // nil for startService
+	rt   *runtime.Runtime
+	conn *grpc.ClientConn
+	c    macpv1.MACPRuntimeServiceClient
+}
+
+// testConfig is the development configuration every server test starts
+// from: plaintext with dev bearer identities, on an ephemeral port (never
+// 50051, which another process uses).
+func testConfig() config.Config {
+	cfg := config.Default()
+	cfg.BindAddr = "127.0.0.1:0"
+	cfg.AllowInsecure = true
+	return cfg
+}
+
+// startApp starts internal/app with cfg and connects a client.
+func startApp(t *testing.T, cfg config.Config) *testEnv {
+	t.Helper()
+	a, err := app.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = a.Shutdown(ctx)
+	})
+	e := &testEnv{app: a, rt: a.Runtime()}
+	e.dial(t, a.Addr())
+	return e
+}
+
+// startService serves a server.Service built directly (for Options the app
+// does not expose: Info.Endpoint, Roots). The service is returned too.
+func startService(t *testing.T, opts server.Options) (*testEnv, *server.Service, *grpc.Server) {
+	t.Helper()
+	rt := runtime.New(memstore.New(), app.BuiltinModes(), policy.DefaultOnly{}, runtime.Options{})
+	if err := rt.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	svc := server.New(rt, auth.Chain{auth.Dev{}}, opts)
+	g, _ := svc.NewGRPCServer()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(func() { g.Stop(); rt.Close() })
+	e := &testEnv{rt: rt}
+	e.dial(t, lis.Addr().String())
+	return e, svc, g
+}
+
+func (e *testEnv) dial(t *testing.T, addr string) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	e.conn = conn
+	e.c = macpv1.NewMACPRuntimeServiceClient(conn)
+}
+
+// as authenticates as agent with a dev bearer token (RFC-MACP-0004 §3;
+// checklist SEC-2 "authorization: Bearer <token>").
+func as(agent string) context.Context {
+	return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+agent)
+}
+
+// asT is as with a deadline, for streams.
+func asT(t *testing.T, agent string) context.Context {
+	ctx, cancel := context.WithTimeout(as(agent), 15*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustMarshal(t *testing.T, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func envelope(sid, typ, id string, payload []byte) *macpv1.Envelope {
+	return &macpv1.Envelope{MacpVersion: "1.0", Mode: decisionMode, MessageType: typ, MessageId: id,
+		SessionId: sid, TimestampUnixMs: time.Now().UnixMilli(), Payload: payload}
+}
+
+func startPayload(t *testing.T, participants ...string) []byte {
+	return mustMarshal(t, &macpv1.SessionStartPayload{Intent: "pick", Participants: participants,
+		ModeVersion: "1.0.0", ConfigurationVersion: "cfg-1", TtlMs: 60000})
+}
+
+func proposalPayload(t *testing.T, id string) []byte {
+	return mustMarshal(t, &decisionv1.ProposalPayload{ProposalId: id, Option: "x"})
+}
+
+func commitmentPayload(t *testing.T) []byte {
+	return mustMarshal(t, &macpv1.CommitmentPayload{CommitmentId: "c1", Action: "decision.selected", AuthorityScope: "s",
+		Reason: "r", ModeVersion: "1.0.0", ConfigurationVersion: "cfg-1", OutcomePositive: true})
+}
+
+// send submits env as agent; the RPC itself must succeed (rejections travel
+// in the Ack, RFC-MACP-0006 §3.1).
+func (e *testEnv) send(t *testing.T, agent string, env *macpv1.Envelope) *macpv1.Ack {
+	t.Helper()
+	r, err := e.c.Send(as(agent), &macpv1.SendRequest{Envelope: env})
+	if err != nil {
+		t.Fatalf("Send %s/%s: gRPC error %v", env.GetMessageType(), env.GetMessageId(), err)
+	}
+	return r.Ack
+}
+
+func (e *testEnv) mustAccept(t *testing.T, agent string, env *macpv1.Envelope) *macpv1.Ack {
+	t.Helper()
+	ack := e.send(t, agent, env)
+	if !ack.Ok {
+		t.Fatalf("%s %s rejected: %v", agent, env.MessageType, ack.Error)
+	}
+	return ack
+}
+
+// startSession starts an OPEN Decision session initiated by initiator.
+func (e *testEnv) startSession(t *testing.T, initiator string, participants ...string) string {
+	t.Helper()
+	sid := uuid.NewString()
+	e.mustAccept(t, initiator, envelope(sid, "SessionStart", "start-"+sid, startPayload(t, participants...)))
+	return sid
+}
+
+// resolve resolves an OPEN session with a Proposal and the initiator's
+// Commitment.
+func (e *testEnv) resolve(t *testing.T, initiator, sid string) {
+	t.Helper()
+	e.mustAccept(t, initiator, envelope(sid, "Proposal", "p-"+sid, proposalPayload(t, "p1")))
+	ack := e.mustAccept(t, initiator, envelope(sid, "Commitment", "c-"+sid, commitmentPayload(t)))
+	if ack.SessionState != macpv1.SessionState_SESSION_STATE_RESOLVED {
+		t.Fatalf("commitment did not resolve: %v", ack)
+	}
+}
+
+func (e *testEnv) getSession(t *testing.T, agent, sid string) *macpv1.SessionMetadata {
+	t.Helper()
+	r, err := e.c.GetSession(as(agent), &macpv1.GetSessionRequest{SessionId: sid})
+	if err != nil {
+		t.Fatalf("GetSession: %v", err)
+	}
+	return r.Metadata
+}
+
+// wantStatus asserts err is a gRPC status with code want. If macpCode is
+// set, the message must start with it and the details must carry a
+// macp.v1.MACPError with that code (server/doc.go error surfaces).
+func wantStatus(t *testing.T, err error, want codes.Code, macpCode string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("want %v, got success", want)
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		t.Fatalf("not a gRPC status: %v", err)
+	}
+	if st.Code() != want {
+		t.Fatalf("status code %v, want %v (%s)", st.Code(), want, st.Message())
+	}
+	if macpCode == "" {
+		return
+	}
+	if !strings.HasPrefix(st.Message(), macpCode) {
+		t.Errorf("message %q does not start with %s", st.Message(), macpCode)
+	}
+	found := false
+	for _, d := range st.Details() {
+		if me, ok := d.(*macpv1.MACPError); ok {
+			found = true
+			if me.Code != macpCode {
+				t.Errorf("MACPError detail code %q, want %q", me.Code, macpCode)
+			}
+			if me.Message == "" {
+				t.Errorf("MACPError detail has no message")
+			}
+		}
+	}
+	if !found {
+		t.Errorf("status details carry no MACPError: %v", st.Details())
+	}
+}
+
+// wantNack asserts an Ack rejection with the given MACP code.
+func wantNack(t *testing.T, ack *macpv1.Ack, code string) {
+	t.Helper()
+	if ack.Ok || ack.Error == nil || ack.Error.Code != code {
+		t.Fatalf("want nack %s, got %v", code, ack)
+	}
+}
+
+// eventually polls cond until it holds or 5s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// recvResult is one Recv of a server stream.
+type recvResult[T any] struct {
+	msg T
+	err error
+}
+
+// recvAsync pumps a server stream into a channel so tests can wait with a
+// timeout and assert that nothing (more) arrives.
+func recvAsync[T any](s grpc.ServerStreamingClient[T]) <-chan recvResult[*T] {
+	ch := make(chan recvResult[*T], 1024)
+	go func() {
+		for {
+			m, err := s.Recv()
+			ch <- recvResult[*T]{m, err}
+			if err != nil {
+				close(ch)
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+func next[T any](t *testing.T, ch <-chan recvResult[*T]) *T {
+	t.Helper()
+	select {
+	case r, ok := <-ch:
+		if !ok {
+			t.Fatal("stream closed")
+		}
+		if r.err != nil {
+			t.Fatalf("stream error: %v", r.err)
+		}
+		return r.msg
+	case <-time.After(5 * time.Second):
+		t.Fatal("timed out waiting for a stream message")
+	}
+	return nil
+}
+
+// nothing asserts no message arrives within d.
+func nothing[T any](t *testing.T, ch <-chan recvResult[*T], d time.Duration) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		t.Fatalf("unexpected stream message: %v %v", r.msg, r.err)
+	case <-time.After(d):
+	}
+}
+
+// streamErr waits for the stream to end with an error and returns it.
+func streamErr[T any](t *testing.T, ch <-chan recvResult[*T]) error {
+	t.Helper()
+	for {
+		select {
+		case r, ok := <-ch:
+			if !ok {
+				t.Fatal("stream closed without error")
+			}
+			if r.err != nil {
+				return r.err
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("timed out waiting for the stream to fail")
+		}
+	}
+}
