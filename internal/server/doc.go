@@ -12,4 +12,8 @@
 //
 // RPCs this build does not implement answer UNIMPLEMENTED and are not
 // advertised by Initialize.
+//
+// Shutdown: call Service.Drain before grpc.Server.GracefulStop. Watch
+// streams never end on their own, so without Drain GracefulStop waits for
+// every connected watcher; Drain ends them with UNAVAILABLE.
 package server

@@ -51,6 +51,11 @@ type Service struct {
 	auth auth.Authenticator
 	opts Options
 	log  *slog.Logger
+
+	// drain is cancelled by Drain; every stream's context is derived from
+	// it so open streams end when the server drains.
+	drain    context.Context
+	drainNow context.CancelFunc
 }
 
 // New returns the service over rt, authenticating with a.
@@ -58,8 +63,18 @@ func New(rt *runtime.Runtime, a auth.Authenticator, opts Options) *Service {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Service{rt: rt, auth: a, opts: opts, log: opts.Logger}
+	drain, drainNow := context.WithCancel(context.Background())
+	return &Service{rt: rt, auth: a, opts: opts, log: opts.Logger, drain: drain, drainNow: drainNow}
 }
+
+// Drain ends every open stream (the watch streams idle until the client
+// leaves) with UNAVAILABLE and refuses new ones, so clients reconnect
+// elsewhere and grpc.Server.GracefulStop then only waits for in-flight
+// unary calls. Without it GracefulStop blocks for as long as any watcher
+// stays connected. Call it before GracefulStop; it is idempotent.
+func (s *Service) Drain() { s.drainNow() }
+
+var errDraining = status.Error(codes.Unavailable, "macpd is shutting down; reconnect")
 
 // publicMethods may be called without credentials: the discovery calls the
 // official SDKs make before they authenticate (RFC-MACP-0005).
@@ -123,13 +138,25 @@ type authedStream struct {
 
 func (a *authedStream) Context() context.Context { return a.ctx }
 
-// StreamInterceptor authenticates streaming calls.
+// StreamInterceptor authenticates streaming calls and ends them when the
+// service drains (Drain).
 func (s *Service) StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if s.drain.Err() != nil {
+		return errDraining
+	}
 	ctx, err := s.authenticate(ss.Context(), info.FullMethod)
 	if err != nil {
 		return err
 	}
-	return h(srv, &authedStream{ServerStream: ss, ctx: ctx})
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.drain, cancel)()
+	err = h(srv, &authedStream{ServerStream: ss, ctx: ctx})
+	if s.drain.Err() != nil && ss.Context().Err() == nil && (err == nil || status.Code(err) == codes.Canceled) {
+		// The stream ended because of Drain, not because the client left.
+		return errDraining
+	}
+	return err
 }
 
 // NewGRPCServer builds a grpc.Server with the service, health and
