@@ -122,7 +122,8 @@ func TestInitializeListModesManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(modes) != 1 || modes[0].Mode != sdk.DecisionMode || modes[0].ModeVersion != sdk.DecisionModeVersion {
+	i := slices.IndexFunc(modes, func(m *macpv1.ModeDescriptor) bool { return m.Mode == sdk.DecisionMode })
+	if i < 0 || modes[i].ModeVersion != sdk.DecisionModeVersion || !slices.Contains(modes[i].MessageTypes, sdk.TypeVote) {
 		t.Fatalf("modes: %v", modes)
 	}
 	m, err := c.GetManifest(ctx, "")
