@@ -16,6 +16,7 @@
 package decision
 
 import (
+	"strconv"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -373,7 +374,7 @@ func (s *state) Commit(b *mode.Binding, m *mode.Message, c *macpv1.CommitmentPay
 		if reasons := s.rules.deny(s.proposals, len(b.Participants)); len(reasons) > 0 {
 			return &coord.Error{
 				Code:    coord.CodePolicyDenied,
-				Message: "policy " + b.PolicyVersion + " denies a positive commitment: " + strings.Join(reasons, "; "),
+				Message: "policy " + strconv.Quote(b.PolicyVersion) + " denies a positive commitment: " + strings.Join(reasons, "; "),
 				Reasons: reasons,
 			}
 		}

@@ -345,7 +345,7 @@ func (r *rules) quorumMet(voters, participants int) bool {
 
 func (r *rules) quorumString() string {
 	if r.quorumPct {
-		return strconv.FormatFloat(r.quorumValue*100, 'g', -1, 64) + "% of declared participants"
+		return "a " + strconv.FormatFloat(r.quorumValue, 'g', -1, 64) + " share of the declared participants"
 	}
 	return strconv.FormatFloat(r.quorumValue, 'g', -1, 64) + " vote(s)"
 }
