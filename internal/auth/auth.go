@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/macpd/macpd/internal/coord"
 	"google.golang.org/grpc/metadata"
@@ -46,10 +47,11 @@ func BearerToken(md metadata.MD) string {
 }
 
 // ValidSender reports whether s can be an authenticated sender id: non-empty,
-// at most 256 bytes, printable, no surrounding space, and not starting with
-// '_' (reserved for the runtime's own envelopes, coord.RuntimeSender).
+// at most 256 bytes, valid UTF-8 (it travels in proto3 string fields, which
+// refuse anything else), printable, no surrounding space, and not starting
+// with '_' (reserved for the runtime's own envelopes, coord.RuntimeSender).
 func ValidSender(s string) bool {
-	if s == "" || len(s) > 256 || s[0] == '_' || strings.TrimSpace(s) != s {
+	if s == "" || len(s) > 256 || s[0] == '_' || strings.TrimSpace(s) != s || !utf8.ValidString(s) {
 		return false
 	}
 	for _, r := range s {
