@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"strconv"
@@ -60,39 +61,47 @@ func Default() Config {
 	}
 }
 
-// Validate reports every problem at once.
+// Validate reports every problem at once, each naming the setting by its
+// environment variable and flag.
 func (c *Config) Validate() error {
 	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if _, _, err := net.SplitHostPort(c.BindAddr); err != nil {
-		errs = append(errs, fmt.Errorf("bind address %q: %v", c.BindAddr, err))
+		bad("MACP_BIND_ADDR (--addr) %q: %v", c.BindAddr, err)
 	}
 	if !c.MemoryOnly && c.DataDir == "" {
-		errs = append(errs, errors.New("data dir must be set unless memory-only"))
+		bad("MACP_DATA_DIR (--data-dir) must be set unless MACP_MEMORY_ONLY (--memory-only) is on")
 	}
 	if (c.TLSCertPath == "") != (c.TLSKeyPath == "") {
-		errs = append(errs, errors.New("MACP_TLS_CERT_PATH and MACP_TLS_KEY_PATH must be set together"))
+		bad("MACP_TLS_CERT_PATH (--tls-cert) and MACP_TLS_KEY_PATH (--tls-key) must be set together")
 	}
 	if c.MaxPayloadBytes < 1 || c.MaxPayloadBytes > 64<<20 {
-		errs = append(errs, fmt.Errorf("max payload bytes %d must be between 1 and %d", c.MaxPayloadBytes, 64<<20))
+		bad("MACP_MAX_PAYLOAD_BYTES (--max-payload-bytes) %d must be between 1 and %d", c.MaxPayloadBytes, 64<<20)
 	}
 	if c.MaxTTL < time.Millisecond {
-		errs = append(errs, fmt.Errorf("max ttl %v must be at least 1ms", c.MaxTTL))
+		bad("MACP_MAX_TTL_MS (--max-ttl) %v must be at least 1ms", c.MaxTTL)
 	}
 	if c.MaxParticipants < 1 {
-		errs = append(errs, fmt.Errorf("max participants %d must be at least 1", c.MaxParticipants))
+		bad("MACP_MAX_PARTICIPANTS (--max-participants) %d must be at least 1", c.MaxParticipants)
 	}
-	if c.MaxOpenSessions < 0 || c.StartSkew < 0 || c.ShutdownGrace < 0 {
-		errs = append(errs, errors.New("limits must not be negative"))
+	if c.MaxOpenSessions < 0 {
+		bad("MACP_MAX_OPEN_SESSIONS (--max-open-sessions) %d must not be negative (0 = unlimited)", c.MaxOpenSessions)
+	}
+	if c.StartSkew < 0 {
+		bad("MACP_START_SKEW_MS (--start-skew) %v must not be negative (0 = unchecked)", c.StartSkew)
+	}
+	if c.ShutdownGrace < 0 {
+		bad("MACP_SHUTDOWN_GRACE_MS (--shutdown-grace) %v must not be negative", c.ShutdownGrace)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
-		errs = append(errs, fmt.Errorf("log level %q: use debug, info, warn or error", c.LogLevel))
+		bad("MACP_LOG_LEVEL (--log-level) %q: use debug, info, warn or error", c.LogLevel)
 	}
 	switch c.LogFormat {
 	case "text", "json":
 	default:
-		errs = append(errs, fmt.Errorf("log format %q: use text or json", c.LogFormat))
+		bad("MACP_LOG_FORMAT (--log-format) %q: use text or json", c.LogFormat)
 	}
 	if c.TLSCertPath == "" && !c.AllowInsecure {
 		errs = append(errs, errors.New("no transport security configured: set MACP_TLS_CERT_PATH and MACP_TLS_KEY_PATH, "+
@@ -128,6 +137,10 @@ func (c *Config) FromEnv(lookup Env) error {
 	integer := func(name string, dst *int) {
 		if v, ok := lookup(name); ok && v != "" {
 			n, err := strconv.Atoi(v)
+			if errors.Is(err, strconv.ErrRange) {
+				errs = append(errs, fmt.Errorf("%s: %q is out of range", name, v))
+				return
+			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s: %q is not an integer", name, v))
 				return
@@ -138,8 +151,15 @@ func (c *Config) FromEnv(lookup Env) error {
 	millis := func(name string, dst *time.Duration) {
 		if v, ok := lookup(name); ok && v != "" {
 			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
+			if err != nil && !errors.Is(err, strconv.ErrRange) {
 				errs = append(errs, fmt.Errorf("%s: %q is not an integer number of milliseconds", name, v))
+				return
+			}
+			// A time.Duration counts nanoseconds in an int64: larger
+			// millisecond counts would silently wrap.
+			const maxMs = int64(math.MaxInt64 / time.Millisecond)
+			if err != nil || n > maxMs || n < -maxMs {
+				errs = append(errs, fmt.Errorf("%s: %q is out of range (at most %d ms)", name, v, maxMs))
 				return
 			}
 			*dst = time.Duration(n) * time.Millisecond
