@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -235,7 +236,7 @@ func (c *cli) dial() (*sdk.Client, error) {
 	case c.env("MACP_TOKEN") != "" && c.env("MACP_AGENT") != "":
 		return nil, usagef("MACP_TOKEN and MACP_AGENT are both set; pick one (or pass --token or --agent)")
 	default:
-		bearer = c.env("MACP_TOKEN") + c.env("MACP_AGENT")
+		bearer = cmp.Or(c.env("MACP_TOKEN"), c.env("MACP_AGENT"))
 	}
 	var opts []sdk.Option
 	if bearer != "" {
