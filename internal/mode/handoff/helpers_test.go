@@ -1,0 +1,178 @@
+package handoff_test
+
+import (
+	"fmt"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	handoffv1 "github.com/macpd/macpd/gen/macp/modes/handoff/v1"
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/mode"
+	"github.com/macpd/macpd/internal/mode/handoff"
+	"github.com/macpd/macpd/internal/mode/modetest"
+	"github.com/macpd/macpd/internal/policy"
+)
+
+const (
+	owner    = "agent://owner"
+	target   = "agent://target"
+	backup   = "agent://backup"
+	third    = "agent://third"
+	outsider = "agent://outsider"
+)
+
+var msgSeq int
+
+func msg(typ, sender string, payload []byte) mode.Message {
+	msgSeq++
+	return mode.Message{Type: typ, ID: fmt.Sprintf("m%d", msgSeq), Sender: sender, Payload: payload}
+}
+
+func marshal(m proto.Message) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// bindingFor returns a handoff binding with the given policy rules JSON
+// ("" = policy.default), initiator and participants.
+func bindingFor(t testing.TB, rules, initiator string, participants ...string) *mode.Binding {
+	t.Helper()
+	pol := policy.MustDefault()
+	if rules != "" {
+		var err error
+		pol, err = policy.Parse(policy.Descriptor{ID: "policy.test.rules", Mode: handoff.ModeID, Rules: rules, SchemaVersion: 1})
+		if err != nil {
+			t.Fatalf("policy.Parse(%s): %v", rules, err)
+		}
+	}
+	return &mode.Binding{
+		SessionID: "s1", Mode: handoff.ModeID, ModeVersion: handoff.ModeVersion,
+		ConfigurationVersion: "cfg-1", PolicyVersion: pol.Descriptor.ID, Policy: pol,
+		Initiator: initiator, Participants: participants,
+	}
+}
+
+// binding: owner initiates; owner, target and backup are declared.
+func binding(t testing.TB, rules string) *mode.Binding {
+	t.Helper()
+	return bindingFor(t, rules, owner, owner, target, backup)
+}
+
+func offerIn(sender, id, to string) modetest.Input {
+	return modetest.Input{Msg: msg(handoff.TypeOffer, sender, marshal(&handoffv1.HandoffOfferPayload{
+		HandoffId: id, TargetParticipant: to, Scope: "support", Reason: "escalate " + id,
+	}))}
+}
+
+func contextIn(sender, id string) modetest.Input {
+	return modetest.Input{Msg: msg(handoff.TypeContext, sender, marshal(&handoffv1.HandoffContextPayload{
+		HandoffId: id, ContentType: "text/plain", Context: []byte("ticket 42"),
+	}))}
+}
+
+func acceptIn(sender, id, by string) modetest.Input {
+	return modetest.Input{Msg: msg(handoff.TypeAccept, sender, marshal(&handoffv1.HandoffAcceptPayload{HandoffId: id, AcceptedBy: by, Reason: "ready"}))}
+}
+
+func declineIn(sender, id, by string) modetest.Input {
+	return modetest.Input{Msg: msg(handoff.TypeDecline, sender, marshal(&handoffv1.HandoffDeclinePayload{HandoffId: id, DeclinedBy: by, Reason: "busy"}))}
+}
+
+func rawIn(typ, sender string, payload []byte) modetest.Input {
+	return modetest.Input{Msg: msg(typ, sender, payload)}
+}
+
+func commitIn(sender string, positive bool) modetest.Input {
+	action := "handoff.accepted"
+	if !positive {
+		action = "handoff.declined"
+	}
+	return modetest.Input{
+		Msg: msg(coord.TypeCommitment, sender, nil),
+		Commitment: &macpv1.CommitmentPayload{
+			CommitmentId: "c1", Action: action, AuthorityScope: "test", Reason: "done",
+			ModeVersion: handoff.ModeVersion, ConfigurationVersion: "cfg-1", OutcomePositive: positive,
+		},
+	}
+}
+
+// Step constructors: ok expects acceptance, rej a code.
+func ok(in modetest.Input, note string) modetest.Step { return modetest.Step{Input: in, Note: note} }
+
+func rej(in modetest.Input, code coord.Code, note string) modetest.Step {
+	return modetest.Step{Input: in, Want: code, Note: note}
+}
+
+// gen is the Handoff Mode generator for randomized runs and fuzzing: mostly
+// well-formed messages over small id pools, biased so that offers, answers,
+// context, re-offers after declines and both Commitments are reached.
+type gen struct{}
+
+var genPolicies = []string{
+	"",
+	`{"acceptance":{"implicit_accept_timeout_ms":0}}`,
+	`{"commitment":{"authority":"any_participant"}}`,
+}
+
+var genTargets = []string{target, backup, third}
+
+func (gen) Binding(r *modetest.Rand) *mode.Binding {
+	n := 1 + r.Intn(len(genTargets))
+	participants := append([]string{owner}, genTargets[:n]...)
+	if r.Bool() { // the owner need not be listed first
+		participants[0], participants[n] = participants[n], participants[0]
+	}
+	return bindingFor(nilTB{}, genPolicies[r.Intn(len(genPolicies))], owner, participants...)
+}
+
+func (gen) Next(r *modetest.Rand, b *mode.Binding, seq int) modetest.Input {
+	pick := func() string {
+		switch k := r.Intn(10); {
+		case k < 4:
+			return owner
+		case k < 5:
+			return outsider
+		default:
+			return b.Participants[r.Intn(len(b.Participants))]
+		}
+	}
+	sender := pick()
+	hid := r.Pick("h1", "h2", "h3", "h1", "")
+	var in modetest.Input
+	switch k := r.Intn(20); {
+	case k < 5:
+		to := r.Pick(target, backup, third, target, owner, outsider, "")
+		in = offerIn(owner, hid, to)
+		if r.Chance(1, 8) {
+			in = offerIn(sender, hid, to)
+		}
+	case k < 7:
+		in = contextIn(r.Pick(owner, owner, sender), hid)
+	case k < 11:
+		in = acceptIn(sender, hid, r.Pick("", "", sender, target))
+	case k < 14:
+		in = declineIn(sender, hid, r.Pick("", "", sender, backup))
+	case k < 17:
+		// The core passes on only Commitments from a sender with
+		// commitment authority.
+		in = commitIn(owner, r.Chance(1, 2))
+	default:
+		in = rawIn(r.Pick(handoff.TypeOffer, handoff.TypeContext, handoff.TypeAccept, handoff.TypeDecline), sender, r.Bytes(12))
+	}
+	in.Msg.ID = fmt.Sprintf("m%d", seq)
+	return in
+}
+
+// nilTB lets the generator build bindings outside a test; bindingFor only
+// calls Fatalf on a bad fixed policy, which is a programming error.
+type nilTB struct{ testing.TB }
+
+func (nilTB) Helper() {}
+func (nilTB) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}
