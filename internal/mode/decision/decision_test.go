@@ -503,7 +503,11 @@ func TestPolicyDefinitions(t *testing.T) {
 	}
 	var scs []modetest.Scenario
 	for _, r := range bad {
-		scs = append(scs, modetest.Scenario{Name: "invalid " + r, Binding: binding(t, r), StartErr: badPolicy})
+		b := binding(t, r)
+		scs = append(scs, modetest.Scenario{Name: "invalid " + r, Binding: b, StartErr: badPolicy})
+		if got := coord.CodeOf(decision.ValidateRules(b.Policy)); got != badPolicy {
+			t.Errorf("ValidateRules(%s) = %q", r, got)
+		}
 	}
 	good := []string{
 		`{}`,
@@ -517,6 +521,9 @@ func TestPolicyDefinitions(t *testing.T) {
 		`{"commitment":{"authority":"any_participant","require_vote_quorum":false}}`,
 	}
 	for _, r := range good {
+		if err := decision.ValidateRules(binding(t, r).Policy); err != nil {
+			t.Errorf("ValidateRules(%s): %v", r, err)
+		}
 		scs = append(scs, modetest.Scenario{Name: "valid " + r, Binding: binding(t, r),
 			Steps: []modetest.Step{ok(propIn(initiator, "p1", "deploy"), "")}})
 	}

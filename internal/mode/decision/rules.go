@@ -100,6 +100,15 @@ func section(p *policy.Policy, name string, into any) error {
 
 func in01(v float64) bool { return v >= 0 && v <= 1 }
 
+// ValidateRules checks a policy's decision rules against
+// decision-rules.schema.json without a session, so a policy registry can
+// refuse bad rules at RegisterPolicy (RFC-MACP-0012 §7, checklist POL-3)
+// rather than at SessionStart. Errors carry INVALID_POLICY_DEFINITION.
+func ValidateRules(p *policy.Policy) error {
+	_, err := parseRules(p, nil)
+	return err
+}
+
 // parseRules validates the decision sections of p against
 // decision-rules.schema.json (RFC-MACP-0012 §4.1) and returns the rules,
 // nil when they constrain nothing. Errors carry INVALID_POLICY_DEFINITION.
