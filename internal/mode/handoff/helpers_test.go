@@ -131,26 +131,32 @@ func (gen) Binding(r *modetest.Rand) *mode.Binding {
 }
 
 func (gen) Next(r *modetest.Rand, b *mode.Binding, seq int) modetest.Input {
-	pick := func() string {
-		switch k := r.Intn(10); {
-		case k < 4:
-			return owner
-		case k < 5:
-			return outsider
-		default:
-			return b.Participants[r.Intn(len(b.Participants))]
+	var targets []string // declared participants other than the owner
+	for _, p := range b.Participants {
+		if p != owner {
+			targets = append(targets, p)
 		}
 	}
-	sender := pick()
-	hid := r.Pick("h1", "h2", "h3", "h1", "")
+	sender := targets[r.Intn(len(targets))] // a plausible answerer
+	switch k := r.Intn(10); {
+	case k < 2:
+		sender = owner
+	case k < 3:
+		sender = outsider
+	}
+	hid := r.Pick("h1", "h2", "h3", "h1", "h2", "")
 	var in modetest.Input
 	switch k := r.Intn(20); {
 	case k < 5:
-		to := r.Pick(target, backup, third, target, owner, outsider, "")
-		in = offerIn(owner, hid, to)
-		if r.Chance(1, 8) {
-			in = offerIn(sender, hid, to)
+		to := targets[r.Intn(len(targets))]
+		if r.Chance(1, 4) {
+			to = r.Pick(owner, outsider, "", target)
 		}
+		from := owner
+		if r.Chance(1, 8) {
+			from = sender
+		}
+		in = offerIn(from, hid, to)
 	case k < 7:
 		in = contextIn(r.Pick(owner, owner, sender), hid)
 	case k < 11:
