@@ -102,6 +102,7 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 			Description: "MACP runtime: binding multi-agent coordination sessions",
 			WebsiteURL:  "https://github.com/macpd/macpd",
 			AgentID:     "macpd",
+			Endpoint:    endpointURI(cfg),
 		},
 		// The envelope's payload may use the whole payload limit; leave
 		// room for the rest of the request.
@@ -118,6 +119,15 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 	}
 	a.grpc, a.health = svc.NewGRPCServer(opts...)
 	return a, nil
+}
+
+// endpointURI is the advertised gRPC endpoint (manifest transport_endpoints).
+func endpointURI(cfg config.Config) string {
+	scheme := "grpcs://"
+	if cfg.TLSCertPath == "" {
+		scheme = "grpc://"
+	}
+	return scheme + cfg.BindAddr
 }
 
 // Start recovers state, binds the listener and serves in the background.
