@@ -66,6 +66,8 @@ type cli struct {
 	name           string // the subcommand
 	fs             *flag.FlagSet
 	conn           connFlags
+	// anonymous dials without an identity (each call brings its own).
+	anonymous bool
 }
 
 // connFlags are the flags every subcommand takes.
@@ -237,6 +239,9 @@ func (c *cli) dial() (*sdk.Client, error) {
 		return nil, usagef("MACP_TOKEN and MACP_AGENT are both set; pick one (or pass --token or --agent)")
 	default:
 		bearer = cmp.Or(c.env("MACP_TOKEN"), c.env("MACP_AGENT"))
+	}
+	if c.anonymous {
+		bearer = ""
 	}
 	var opts []sdk.Option
 	if bearer != "" {

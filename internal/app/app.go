@@ -17,6 +17,9 @@ import (
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/decision"
+	"github.com/macpd/macpd/internal/mode/handoff"
+	"github.com/macpd/macpd/internal/mode/proposal"
+	"github.com/macpd/macpd/internal/mode/task"
 	"github.com/macpd/macpd/internal/policy"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/server"
@@ -48,6 +51,9 @@ type App struct {
 func BuiltinModes() *mode.Registry {
 	return mode.NewRegistry(
 		mode.Entry{Mode: decision.New(), Kind: mode.Standard, BuiltIn: true},
+		mode.Entry{Mode: proposal.New(), Kind: mode.Standard, BuiltIn: true},
+		mode.Entry{Mode: task.New(), Kind: mode.Standard, BuiltIn: true},
+		mode.Entry{Mode: handoff.New(), Kind: mode.Standard, BuiltIn: true},
 	)
 }
 
