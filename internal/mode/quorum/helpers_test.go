@@ -1,0 +1,193 @@
+package quorum_test
+
+import (
+	"fmt"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	quorumv1 "github.com/macpd/macpd/gen/macp/modes/quorum/v1"
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/mode"
+	"github.com/macpd/macpd/internal/mode/modetest"
+	"github.com/macpd/macpd/internal/mode/quorum"
+	"github.com/macpd/macpd/internal/policy"
+)
+
+const (
+	coordinator = "agent://coordinator"
+	outsider    = "agent://outsider"
+	alice       = "agent://alice"
+	bob         = "agent://bob"
+	carol       = "agent://carol"
+	dave        = "agent://dave"
+	erin        = "agent://erin"
+)
+
+const (
+	invalidEnv = coord.CodeInvalidEnvelope
+	forbidden  = coord.CodeForbidden
+	denied     = coord.CodePolicyDenied
+	badPolicy  = coord.CodeInvalidPolicyDefinition
+	notOpen    = coord.CodeSessionNotOpen
+)
+
+// garbage is not decodable as any protobuf message (truncated varint).
+var garbage = []byte{0xff, 0xff}
+
+var msgSeq int
+
+func msg(typ, sender string, payload []byte) mode.Message {
+	msgSeq++
+	return mode.Message{Type: typ, ID: fmt.Sprintf("m%d", msgSeq), Sender: sender, Payload: payload}
+}
+
+func marshal(m proto.Message) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// binding returns a quorum binding with the given policy rules JSON ("" =
+// policy.default) and participants (default alice, bob, carol); the
+// coordinator initiates and is not listed.
+func binding(t testing.TB, rules string, participants ...string) *mode.Binding {
+	t.Helper()
+	if participants == nil {
+		participants = []string{alice, bob, carol}
+	}
+	pol := policy.MustDefault()
+	if rules != "" {
+		var err error
+		pol, err = policy.Parse(policy.Descriptor{ID: "policy.test.quorum", Mode: quorum.ModeID, Rules: rules, SchemaVersion: 1})
+		if err != nil {
+			t.Fatalf("policy.Parse(%s): %v", rules, err)
+		}
+	}
+	return &mode.Binding{
+		SessionID: "s1", Mode: quorum.ModeID, ModeVersion: quorum.ModeVersion,
+		ConfigurationVersion: "cfg-1", PolicyVersion: pol.Descriptor.ID, Policy: pol,
+		Initiator: coordinator, Participants: participants,
+	}
+}
+
+func requestIn(sender, id string, required uint32) modetest.Input {
+	return modetest.Input{Msg: msg(quorum.TypeApprovalRequest, sender, marshal(&quorumv1.ApprovalRequestPayload{
+		RequestId: id, Action: "deploy", Summary: "Deploy v2", Details: []byte("d"), RequiredApprovals: required,
+	}))}
+}
+
+func ballotIn(typ, sender, id string) modetest.Input {
+	var p proto.Message
+	switch typ {
+	case quorum.TypeApprove:
+		p = &quorumv1.ApprovePayload{RequestId: id, Reason: "r-" + typ}
+	case quorum.TypeReject:
+		p = &quorumv1.RejectPayload{RequestId: id, Reason: "r-" + typ}
+	default:
+		p = &quorumv1.AbstainPayload{RequestId: id, Reason: "r-" + typ}
+	}
+	return modetest.Input{Msg: msg(typ, sender, marshal(p))}
+}
+
+func approveIn(sender, id string) modetest.Input { return ballotIn(quorum.TypeApprove, sender, id) }
+func rejectIn(sender, id string) modetest.Input  { return ballotIn(quorum.TypeReject, sender, id) }
+func abstainIn(sender, id string) modetest.Input { return ballotIn(quorum.TypeAbstain, sender, id) }
+
+func rawIn(typ, sender string, payload []byte) modetest.Input {
+	return modetest.Input{Msg: msg(typ, sender, payload)}
+}
+
+func commitIn(sender string, positive bool) modetest.Input {
+	action := "quorum.approved"
+	if !positive {
+		action = "quorum.rejected"
+	}
+	return modetest.Input{
+		Msg: msg(coord.TypeCommitment, sender, nil),
+		Commitment: &macpv1.CommitmentPayload{
+			CommitmentId: "c1", Action: action, AuthorityScope: "test", Reason: "done",
+			ModeVersion: quorum.ModeVersion, ConfigurationVersion: "cfg-1", OutcomePositive: positive,
+		},
+	}
+}
+
+func ok(in modetest.Input, note string) modetest.Step { return modetest.Step{Input: in, Note: note} }
+
+func rej(in modetest.Input, code coord.Code, note string) modetest.Step {
+	return modetest.Step{Input: in, Want: code, Note: note}
+}
+
+// gen is the Quorum Mode generator for randomized runs and fuzzing: mostly
+// well-formed ballots from the declared participants on the one request id,
+// so thresholds, unreachability, policy overrides and both Commitment
+// outcomes are reached, plus duplicates, outsiders and undecodable payloads.
+type gen struct{}
+
+var genPolicies = []string{
+	"",
+	`{"threshold":{"type":"n_of_m","value":2}}`,
+	`{"threshold":{"type":"n_of_m","value":1},"abstention":{"counts_toward_quorum":true}}`,
+	`{"threshold":{"type":"percentage","value":0.5},"abstention":{"interpretation":"ignored"}}`,
+	`{"threshold":{"type":"percentage","value":1},"abstention":{"interpretation":"implicit_reject"}}`,
+	`{"threshold":{"type":"weighted","value":1.5,"weights":{"agent://alice":1,"agent://bob":0.5,"agent://carol":0}}}`,
+	`{"threshold":{"type":"n_of_m","value":0},"abstention":{"counts_toward_quorum":false,"interpretation":"neutral"}}`,
+}
+
+var genVoters = []string{alice, bob, carol, dave}
+
+func (gen) Binding(r *modetest.Rand) *mode.Binding {
+	n := 3 + r.Intn(2)
+	participants := append([]string(nil), genVoters[:n]...)
+	b := binding(nilTB{}, genPolicies[r.Intn(len(genPolicies))], participants...)
+	if r.Chance(1, 4) {
+		b.Initiator = alice
+	}
+	return b
+}
+
+func (gen) Next(r *modetest.Rand, b *mode.Binding, seq int) modetest.Input {
+	sender := b.Participants[r.Intn(len(b.Participants))]
+	switch k := r.Intn(16); {
+	case k < 1:
+		sender = outsider
+	case k < 2:
+		sender = b.Initiator
+	}
+	id := "r1"
+	if r.Chance(1, 10) {
+		id = r.Pick("r2", "")
+	}
+	var in modetest.Input
+	switch k := r.Intn(24); {
+	case k < 3:
+		in = requestIn(b.Initiator, id, uint32(r.Intn(len(b.Participants)+2)))
+		if r.Chance(1, 6) {
+			in.Msg.Sender = sender
+		}
+	case k < 9:
+		in = approveIn(sender, id)
+	case k < 13:
+		in = rejectIn(sender, id)
+	case k < 17:
+		in = abstainIn(sender, id)
+	case k < 21:
+		in = commitIn(b.Initiator, r.Chance(1, 2))
+	default:
+		in = rawIn(r.Pick(quorum.TypeApprovalRequest, quorum.TypeApprove, quorum.TypeReject, quorum.TypeAbstain), sender, r.Bytes(10))
+	}
+	in.Msg.ID = fmt.Sprintf("m%d", seq)
+	return in
+}
+
+// nilTB lets the generator build bindings outside a test; binding() only
+// calls Fatalf on a bad fixed policy, which is a programming error.
+type nilTB struct{ testing.TB }
+
+func (nilTB) Helper() {}
+func (nilTB) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}
