@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"context"
+	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,13 +16,20 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// RFC-MACP-0005 §3 and §7.3, checklist OBS-4, DISC-1, DISC-5: an empty
-// agent_id asks for the runtime's own manifest, which carries the required
-// fields (agent_id, description, supported_modes, input and output content
-// types); it needs no credentials. The app sets no endpoint, which a
-// self-manifest MAY omit.
+// RFC-MACP-0005 §3, §6 and §7.3, checklist OBS-4, DISC-1, DISC-2, DISC-5:
+// an empty (or the runtime's own) agent_id asks for the runtime's manifest,
+// which carries the required fields (agent_id, description,
+// supported_modes, input and output content types) and the gRPC endpoint
+// it serves; it needs no credentials.
 func TestGetManifestSelf(t *testing.T) {
-	e := startApp(t, testConfig())
+	cfg := testConfig()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.BindAddr = l.Addr().String()
+	l.Close()
+	e := startApp(t, cfg)
 	for _, id := range []string{"", "macpd"} {
 		r, err := e.c.GetManifest(context.Background(), &macpv1.GetManifestRequest{AgentId: id})
 		if err != nil {
@@ -34,8 +43,10 @@ func TestGetManifestSelf(t *testing.T) {
 			!slices.Equal(m.OutputContentTypes, []string{"application/macp-envelope+proto"}) {
 			t.Errorf("content types %v %v", m.InputContentTypes, m.OutputContentTypes)
 		}
-		if len(m.TransportEndpoints) != 0 {
-			t.Errorf("endpoints %v", m.TransportEndpoints)
+		want := &macpv1.TransportEndpoint{Transport: "macp.transport.grpc.v1", Uri: "grpc://" + e.app.Addr(),
+			ContentTypes: []string{"application/macp-envelope+proto"}}
+		if len(m.TransportEndpoints) != 1 || !proto.Equal(m.TransportEndpoints[0], want) {
+			t.Errorf("endpoints %v, want %v", m.TransportEndpoints, want)
 		}
 	}
 }
@@ -64,22 +75,33 @@ func TestGetManifestUnknownAgent(t *testing.T) {
 	wantStatus(t, err, codes.NotFound, "")
 }
 
-// RFC-MACP-0006 §3.3, checklist OBS-5, DISC-6: ListModes lists the
-// standards-track Decision descriptor with the schema's required fields.
+// RFC-MACP-0006 §3.3, checklist OBS-5, DISC-6: ListModes lists only
+// standards-track descriptors, Decision among them, each with the fields
+// the ModeDescriptor schema requires.
 func TestListModes(t *testing.T) {
 	e := startApp(t, testConfig())
 	r, err := e.c.ListModes(context.Background(), &macpv1.ListModesRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Modes) != 1 {
-		t.Fatalf("modes %v", r.Modes)
+	var decision *macpv1.ModeDescriptor
+	for _, d := range r.Modes {
+		if !strings.HasPrefix(d.Mode, "macp.mode.") {
+			t.Errorf("ListModes lists non-standard %s", d.Mode)
+		}
+		if d.ModeVersion == "" || d.Title == "" || d.Description == "" || d.ParticipantModel == "" ||
+			!slices.Contains([]string{"structural-only", "semantic-deterministic", "context-frozen", "non-deterministic"}, d.DeterminismClass) ||
+			len(d.MessageTypes) == 0 || len(d.TerminalMessageTypes) == 0 {
+			t.Errorf("descriptor misses required fields: %v", d)
+		}
+		if d.Mode == decisionMode {
+			decision = d
+		}
 	}
-	d := r.Modes[0]
-	if d.Mode != decisionMode || d.ModeVersion != "1.0.0" || d.Title == "" || d.Description == "" ||
-		d.DeterminismClass != "semantic-deterministic" || d.ParticipantModel != "declared" ||
+	d := decision
+	if d == nil || d.ModeVersion != "1.0.0" || d.DeterminismClass != "semantic-deterministic" || d.ParticipantModel != "declared" ||
 		!slices.Contains(d.MessageTypes, "Vote") || !slices.Equal(d.TerminalMessageTypes, []string{"Commitment"}) {
-		t.Fatalf("descriptor %v", d)
+		t.Fatalf("decision descriptor %v", d)
 	}
 }
 
