@@ -444,3 +444,8 @@ func TestRPCCallsCoverService(t *testing.T) {
 func observer() coord.Identity {
 	return coord.Identity{Sender: "observer", Caps: coord.Capabilities{IsObserver: true}}
 }
+
+// metadataBearer adds a dev bearer token to ctx.
+func metadataBearer(ctx context.Context, agent string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+agent)
+}
