@@ -57,7 +57,10 @@ func run(args []string, stderr io.Writer) error {
 	}
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down", "reason", "signal")
+		// Restore default signal handling: a second signal ends macpd at
+		// once instead of waiting out the shutdown grace.
+		stop()
+		log.Info("shutting down", "reason", "signal", "grace", cfg.ShutdownGrace.String())
 	case err := <-a.Served():
 		if err != nil {
 			return err

@@ -302,3 +302,45 @@ func TestSignalShutdownWithOpenWatcher(t *testing.T) {
 		t.Errorf("watcher ended with %v, want UNAVAILABLE (reconnect)", err)
 	}
 }
+
+// A second signal during a slow graceful shutdown ends macpd at once (the
+// operator's "Ctrl-C again"), instead of being swallowed until the grace
+// period runs out.
+func TestSecondSignalForcesExit(t *testing.T) {
+	if goruntime.GOOS == "windows" {
+		t.Skip("POSIX signals")
+	}
+	cmd, out, addr, exited := startMacpd(t, "MACP_SHUTDOWN_GRACE_MS=60000")
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	// An open watch stream keeps GracefulStop waiting (unless the app
+	// drains streams; then the first signal already ends macpd promptly).
+	wr, err := macpv1.NewMACPRuntimeServiceClient(conn).WatchRoots(ctx, &macpv1.WatchRootsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wr.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(out.String(), "shutting down") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no shutdown log\n%s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("second signal ignored: still running\n%s", out.String())
+	}
+}
