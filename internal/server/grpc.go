@@ -341,7 +341,7 @@ func (s *Service) WatchSignals(_ *macpv1.WatchSignalsRequest, stream grpc.Server
 				return err
 			}
 		case <-sub.Done():
-			return status.Error(codes.ResourceExhausted, "RATE_LIMITED: signal watcher fell behind and was disconnected; reconnect to continue")
+			return statusErr(coord.Errorf(coord.CodeRateLimited, "signal watcher fell behind and was disconnected; reconnect to continue"))
 		case <-stream.Context().Done():
 			return nil
 		}
@@ -384,7 +384,7 @@ func (s *Service) WatchSessions(_ *macpv1.WatchSessionsRequest, stream grpc.Serv
 				return err
 			}
 		case <-sub.Done():
-			return status.Error(codes.ResourceExhausted, "RATE_LIMITED: lifecycle watcher fell behind; re-sync with ListSessions and watch again")
+			return statusErr(coord.Errorf(coord.CodeRateLimited, "lifecycle watcher fell behind; re-sync with ListSessions and watch again"))
 		case <-ctx.Done():
 			return nil
 		}

@@ -68,10 +68,15 @@ func startApp(t *testing.T, cfg config.Config) *testEnv {
 }
 
 // startService serves a server.Service built directly (for Options the app
-// does not expose: Info.Endpoint, Roots). The service is returned too.
-func startService(t *testing.T, opts server.Options) (*testEnv, *server.Service, *grpc.Server) {
+// does not expose: Info.Endpoint, Roots, runtime options). The service is
+// returned too.
+func startService(t *testing.T, opts server.Options, rtOpts ...runtime.Options) (*testEnv, *server.Service, *grpc.Server) {
 	t.Helper()
-	rt := runtime.New(memstore.New(), app.BuiltinModes(), policy.DefaultOnly{}, runtime.Options{})
+	var ro runtime.Options
+	if len(rtOpts) > 0 {
+		ro = rtOpts[0]
+	}
+	rt := runtime.New(memstore.New(), app.BuiltinModes(), policy.DefaultOnly{}, ro)
 	if err := rt.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
