@@ -214,7 +214,7 @@ func (s *Service) Initialize(_ context.Context, req *macpv1.InitializeRequest) (
 func (s *Service) Send(ctx context.Context, req *macpv1.SendRequest) (*macpv1.SendResponse, error) {
 	id, _ := identityFrom(ctx)
 	if req.GetEnvelope() == nil {
-		return nil, status.Error(codes.InvalidArgument, "SendRequest.envelope is required")
+		return nil, statusErr(coord.Errorf(coord.CodeInvalidEnvelope, "SendRequest.envelope is required"))
 	}
 	return &macpv1.SendResponse{Ack: s.rt.Send(ctx, id, req.Envelope)}, nil
 }

@@ -11,11 +11,12 @@ import (
 )
 
 // checklist ADM-10 ([RT]): a SendRequest without an envelope is a malformed
-// request, INVALID_ARGUMENT, not an Ack.
+// request, INVALID_ARGUMENT (with INVALID_ENVELOPE as its MACP code), not an
+// Ack.
 func TestSendNilEnvelope(t *testing.T) {
 	e := startApp(t, testConfig())
 	_, err := e.c.Send(as("alice"), &macpv1.SendRequest{})
-	wantStatus(t, err, codes.InvalidArgument, "")
+	wantStatus(t, err, codes.InvalidArgument, "INVALID_ENVELOPE")
 }
 
 // checklist ADM-11..23 and ADM-33 (RFC-MACP-0006 §3.1: Send reports
