@@ -18,7 +18,9 @@ import (
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/decision"
 	"github.com/macpd/macpd/internal/mode/handoff"
+	"github.com/macpd/macpd/internal/mode/multiround"
 	"github.com/macpd/macpd/internal/mode/proposal"
+	"github.com/macpd/macpd/internal/mode/quorum"
 	"github.com/macpd/macpd/internal/mode/task"
 	"github.com/macpd/macpd/internal/policy"
 	"github.com/macpd/macpd/internal/runtime"
@@ -54,6 +56,8 @@ func BuiltinModes() *mode.Registry {
 		mode.Entry{Mode: proposal.New(), Kind: mode.Standard, BuiltIn: true},
 		mode.Entry{Mode: task.New(), Kind: mode.Standard, BuiltIn: true},
 		mode.Entry{Mode: handoff.New(), Kind: mode.Standard, BuiltIn: true},
+		mode.Entry{Mode: quorum.New(), Kind: mode.Standard, BuiltIn: true},
+		mode.Entry{Mode: multiround.New(), Kind: mode.Extension, BuiltIn: true},
 	)
 }
 
