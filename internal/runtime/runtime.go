@@ -80,6 +80,10 @@ type Runtime struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	closing atomic.Bool
+	// enqMu makes "check closing, then queue" atomic with respect to
+	// Close, so no request is queued after the committer drained the queue
+	// (its caller would wait forever).
+	enqMu sync.RWMutex
 
 	// Signals carries every accepted ambient Signal/Progress envelope.
 	Signals *Hub[*macpv1.Envelope]
@@ -103,14 +107,67 @@ type owner struct {
 
 	durableMu  sync.Mutex
 	durableSeq uint64
-	durableCh  chan struct{} // closed and replaced when durableSeq advances
+	pending    int           // commit requests queued and not yet answered
+	durableCh  chan struct{} // closed and replaced when durableSeq or pending changes
 }
 
+// durable returns the sequence number of the session's last durable record.
+func (o *owner) durable() uint64 {
+	o.durableMu.Lock()
+	defer o.durableMu.Unlock()
+	return o.durableSeq
+}
+
+// answered records that one of o's commit requests was answered; seq > 0
+// is the sequence number it made durable. Waiters are woken.
+func (o *owner) answered(seq uint64) {
+	o.durableMu.Lock()
+	if seq > 0 {
+		o.durableSeq = seq
+	}
+	o.pending--
+	close(o.durableCh)
+	o.durableCh = make(chan struct{})
+	o.durableMu.Unlock()
+}
+
+// waitIdle waits until none of o's commit requests is in flight. The
+// caller holds o.mu, so no new request can be queued meanwhile; the
+// committer never takes o.mu, so this cannot deadlock.
+func (o *owner) waitIdle(ctx context.Context) error {
+	for {
+		o.durableMu.Lock()
+		n, ch := o.pending, o.durableCh
+		o.durableMu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// errLost answers a durability barrier whose session lost an earlier
+// record (its append failed).
+var errLost = errors.New("runtime: an earlier record of the session could not be stored")
+
+// expiryRetry is how soon a deadline is retried when its expiry could not
+// be stored (or the session could not be rebuilt to write it).
+const expiryRetry = 250 * time.Millisecond
+
+// commitReq asks the committer to make recs durable. A request without
+// records is a durability barrier: it is answered, in queue order, with
+// nil if every earlier record of its session (same epoch) was stored and
+// errLost otherwise.
 type commitReq struct {
 	o      *owner
 	epoch  uint64
 	recs   []session.Record
 	events []LifecycleEvent
+	closes bool // the records end an OPEN session (per-initiator count)
 	done   chan error
 }
 
@@ -146,10 +203,13 @@ func (r *Runtime) Start(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the loops after in-flight commits finish. It does not close
-// the store.
+// Close stops the loops after the append in progress finishes; requests
+// still queued are answered with an error. It does not close the store.
 func (r *Runtime) Close() {
-	if r.closing.Swap(true) {
+	r.enqMu.Lock()
+	already := r.closing.Swap(true)
+	r.enqMu.Unlock()
+	if already {
 		return
 	}
 	close(r.stop)
@@ -231,6 +291,10 @@ func (r *Runtime) commitLoop() {
 			for {
 				select {
 				case req := <-r.commits:
+					if len(req.recs) > 0 {
+						req.o.broken.CompareAndSwap(0, req.epoch+1)
+					}
+					req.o.answered(0)
 					req.done <- store.ErrClosed
 				default:
 					return
@@ -251,55 +315,85 @@ func (r *Runtime) commitLoop() {
 		for _, req := range batch {
 			recs = append(recs, req.recs...)
 		}
-		err := r.store.Append(context.Background(), recs)
+		var err error
+		if len(recs) > 0 {
+			err = r.store.Append(context.Background(), recs)
+		}
 		if err != nil {
 			r.log.Error("store append failed", "records", len(recs), "err", err)
 		}
 		for _, req := range batch {
-			if err != nil {
+			rerr := err
+			switch {
+			case len(req.recs) == 0: // barrier: earlier requests were answered first
+				rerr = nil
+				if req.o.broken.Load() == req.epoch+1 {
+					rerr = errLost
+				}
+				req.o.answered(0)
+			case err != nil:
 				req.o.broken.CompareAndSwap(0, req.epoch+1)
-			} else {
+				req.o.answered(0)
+			default:
 				r.completed(req)
 			}
-			req.done <- err
+			req.done <- rerr
 		}
 	}
 }
 
-// completed runs after req's records are durable, in commit order.
+// completed runs after req's records are durable, in commit order: the
+// durable sequence advances, a session that ended releases its initiator's
+// slot, then lifecycle events are published.
 func (r *Runtime) completed(req *commitReq) {
-	o := req.o
-	last := req.recs[len(req.recs)-1]
-	o.durableMu.Lock()
-	o.durableSeq = last.Seq
-	close(o.durableCh)
-	o.durableCh = make(chan struct{})
-	o.durableMu.Unlock()
+	req.o.answered(req.recs[len(req.recs)-1].Seq)
+	if req.closes {
+		r.closedOpen(req.o)
+	}
 	for _, ev := range req.events {
 		r.Lifecycle.Publish(ev)
 	}
 }
 
-// enqueue queues records for durable append; the caller holds o.mu.
-func (r *Runtime) enqueue(o *owner, recs []session.Record, events []LifecycleEvent) chan error {
+// enqueue queues records for durable append; the caller holds o.mu and has
+// already applied recs to o.sess. With no records it returns a durability
+// barrier if some of the session's records are still in flight, so that an
+// answer decided on that state (a duplicate, a rejection, an idempotent
+// cancel) is given only once the state it saw is durable.
+func (r *Runtime) enqueue(o *owner, recs []session.Record, events []LifecycleEvent, closes bool) chan error {
 	done := make(chan error, 1)
-	if len(recs) == 0 {
+	if len(recs) == 0 && o.durable() >= o.sess.Seq {
 		done <- nil
 		return done
 	}
+	r.enqMu.RLock()
+	defer r.enqMu.RUnlock()
 	if r.closing.Load() {
+		if len(recs) > 0 {
+			// o.sess already reflects recs: rebuild it on next access.
+			o.broken.CompareAndSwap(0, o.epoch+1)
+		}
 		done <- store.ErrClosed
 		return done
 	}
-	r.commits <- &commitReq{o: o, epoch: o.epoch, recs: recs, events: events, done: done}
+	o.durableMu.Lock()
+	o.pending++
+	o.durableMu.Unlock()
+	r.commits <- &commitReq{o: o, epoch: o.epoch, recs: recs, events: events, closes: closes, done: done}
 	return done
 }
 
 // heal rebuilds o.sess from the store after a failed append; caller holds
-// o.mu. It waits for the session's in-flight requests to drain first.
+// o.mu. It first waits for the session's in-flight requests to be
+// answered: they were decided on the failed state and are refused by the
+// store's sequence check, and waiting keeps their (failed) answers from
+// marking the rebuilt owner broken or slipping past a barrier.
 func (r *Runtime) heal(ctx context.Context, o *owner) error {
 	if o.broken.Load() != o.epoch+1 {
 		return nil
+	}
+	if err := o.waitIdle(ctx); err != nil {
+		return err
 	}
 	s, err := r.replay(ctx, o.id)
 	if err != nil {
@@ -378,17 +472,18 @@ func (r *Runtime) step(ctx context.Context, env *macpv1.Envelope) *macpv1.Ack {
 	before := o.sess.Status
 	out := o.sess.Step(env, now, r.opts.Limits)
 	state := o.sess.Status
+	closes := before == session.Open && state.Terminal()
 	var events []LifecycleEvent
-	if before == session.Open && state.Terminal() {
+	if closes {
 		events = append(events, r.terminalEvent(o.sess, now))
 	}
-	done := r.enqueue(o, out.Records, events)
+	done := r.enqueue(o, out.Records, events, closes)
 	o.mu.Unlock()
-	if err := r.await(ctx, done); err != nil {
+	if err := r.await(ctx, done, nil); err != nil {
+		if len(out.Records) == 0 {
+			return nackFor(env, coord.Errorf(coord.CodeInternalError, "an earlier message of the session could not be stored; retry"), 0)
+		}
 		return nackFor(env, coord.Errorf(coord.CodeInternalError, "the message could not be stored"), 0)
-	}
-	if before == session.Open && state.Terminal() {
-		r.closedOpen(o)
 	}
 	switch {
 	case out.Duplicate:
@@ -400,12 +495,20 @@ func (r *Runtime) step(ctx context.Context, env *macpv1.Envelope) *macpv1.Ack {
 }
 
 // await waits for a commit; if ctx ends first the commit still completes in
-// the background, but the caller gets an error and must not ack.
-func (r *Runtime) await(ctx context.Context, done chan error) error {
+// the background, but the caller gets an error and must not ack. then, if
+// not nil, runs with the commit's outcome either way (in the background if
+// ctx ended first), so follow-ups do not depend on the caller's patience.
+func (r *Runtime) await(ctx context.Context, done chan error, then func(error)) error {
 	select {
 	case err := <-done:
+		if then != nil {
+			then(err)
+		}
 		return err
 	case <-ctx.Done():
+		if then != nil {
+			go func() { then(<-done) }()
+		}
 		return ctx.Err()
 	}
 }
@@ -466,26 +569,31 @@ func (r *Runtime) startSession(ctx context.Context, id coord.Identity, env *macp
 	r.sessions[env.SessionId] = o
 	r.openBy[id.Sender]++
 	r.mu.Unlock()
+	// Arm the deadline now, whatever the caller does next; if the start is
+	// not stored the timer finds no session and does nothing.
+	r.timers.add(env.SessionId, s.DeadlineMs)
 	ev := LifecycleEvent{Type: macpv1.SessionLifecycleEvent_EVENT_TYPE_CREATED, Session: s.Metadata(), ObservedMs: now}
-	done := r.enqueue(o, []session.Record{rec}, []LifecycleEvent{ev})
+	done := r.enqueue(o, []session.Record{rec}, []LifecycleEvent{ev}, false)
 	o.mu.Unlock()
-	if err := r.await(ctx, done); err != nil {
-		if errors.Is(err, store.ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			return nackFor(env, coord.Errorf(coord.CodeInternalError, "the session could not be stored"), 0)
+	if err := r.await(ctx, done, func(err error) {
+		if err != nil {
+			r.forget(o)
 		}
-		r.forget(o)
+	}); err != nil {
 		return nackFor(env, coord.Errorf(coord.CodeInternalError, "the session could not be stored"), 0)
 	}
-	r.timers.add(env.SessionId, s.DeadlineMs)
 	return &macpv1.Ack{Ok: true, MessageId: env.MessageId, SessionId: env.SessionId, AcceptedAtUnixMs: now, SessionState: macpv1.SessionState_SESSION_STATE_OPEN}
 }
 
 // forget removes a session whose SessionStart could not be stored, unless
-// the store has it after all.
+// the store has it after all. Callers still holding o then see
+// SESSION_NOT_FOUND (o.sess is nil), and the id is free again.
 func (r *Runtime) forget(o *owner) {
 	if _, err := r.store.LastSeq(context.Background(), o.id); err == nil {
 		return
 	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	r.mu.Lock()
 	if r.sessions[o.id] == o {
 		delete(r.sessions, o.id)
@@ -494,6 +602,7 @@ func (r *Runtime) forget(o *owner) {
 		}
 	}
 	r.mu.Unlock()
+	o.sess = nil
 }
 
 func (r *Runtime) sendAmbient(_ context.Context, _ coord.Identity, env *macpv1.Envelope) *macpv1.Ack {
@@ -529,17 +638,15 @@ func (r *Runtime) Cancel(ctx context.Context, id coord.Identity, sessionID, reas
 		return nil, out.Err
 	}
 	state := o.sess.Status
+	closes := before == session.Open && state.Terminal()
 	var events []LifecycleEvent
-	if before == session.Open && state.Terminal() {
+	if closes {
 		events = append(events, r.terminalEvent(o.sess, now))
 	}
-	done := r.enqueue(o, out.Records, events)
+	done := r.enqueue(o, out.Records, events, closes)
 	o.mu.Unlock()
-	if err := r.await(ctx, done); err != nil {
+	if err := r.await(ctx, done, nil); err != nil {
 		return &macpv1.Ack{Ok: false, SessionId: sessionID, Error: &macpv1.MACPError{Code: string(coord.CodeInternalError), Message: "the cancellation could not be stored", SessionId: sessionID}}, nil
-	}
-	if before == session.Open && state.Terminal() {
-		r.closedOpen(o)
 	}
 	ack := &macpv1.Ack{Ok: true, SessionId: sessionID, AcceptedAtUnixMs: now, SessionState: state.Proto()}
 	if len(out.Records) > 0 && out.Records[0].Envelope != nil {
@@ -548,8 +655,23 @@ func (r *Runtime) Cancel(ctx context.Context, id coord.Identity, sessionID, reas
 	return ack, nil
 }
 
-// expireByTimer is called by the timer loop when a deadline passes.
+// expireByTimer is called by the timer loop when a deadline passes. The
+// expiry runs off the timer goroutine, so a session whose lock is held or
+// that must first be rebuilt (waiting for its appends) does not delay
+// other deadlines. Close waits for it.
 func (r *Runtime) expireByTimer(id string) {
+	r.wg.Add(1) // the timer loop is running, so the group is not at zero
+	go func() {
+		defer r.wg.Done()
+		r.expire(id)
+	}()
+}
+
+// expire writes the Expire record of a session whose deadline passed. If
+// that cannot be done now (the session cannot be rebuilt, or the append
+// fails) the deadline is retried: an OPEN session must not outlive its
+// TTL just because nobody touches it (TTL-2).
+func (r *Runtime) expire(id string) {
 	o := r.lookup(id)
 	if o == nil {
 		return
@@ -561,6 +683,8 @@ func (r *Runtime) expireByTimer(id string) {
 	}
 	if err := r.heal(context.Background(), o); err != nil {
 		o.mu.Unlock()
+		r.log.Error("rebuilding session for expiry failed", "session_id", id, "err", err)
+		r.retryExpiry(id)
 		return
 	}
 	now := r.nowMs()
@@ -569,15 +693,17 @@ func (r *Runtime) expireByTimer(id string) {
 		o.mu.Unlock()
 		return
 	}
-	done := r.enqueue(o, []session.Record{rec}, []LifecycleEvent{r.terminalEvent(o.sess, now)})
+	done := r.enqueue(o, []session.Record{rec}, []LifecycleEvent{r.terminalEvent(o.sess, now)}, true)
 	o.mu.Unlock()
-	// Wait off the timer goroutine so one slow append does not delay other
-	// deadlines.
-	go func() {
-		if err := <-done; err == nil {
-			r.closedOpen(o)
-		}
-	}()
+	if err := <-done; err != nil {
+		r.retryExpiry(id)
+	}
+}
+
+func (r *Runtime) retryExpiry(id string) {
+	if !r.closing.Load() {
+		r.timers.add(id, r.opts.Now().Add(expiryRetry).UnixMilli())
+	}
 }
 
 // visible reports whether id may read session s.
