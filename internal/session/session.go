@@ -1,6 +1,7 @@
 package session
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -59,67 +60,21 @@ type Session struct {
 // The caller checks that the session id is not already taken
 // (SESSION_ALREADY_EXISTS) and any deployment admission.
 func Start(env *macpv1.Envelope, nowMs int64, deps Deps) (*Session, Record, error) {
-	if err := CheckEnvelope(env, deps.Limits); err != nil {
-		return nil, Record{}, err
+	m, p, cerr := checkStart(env, deps.Modes, deps.Limits, false)
+	if cerr != nil {
+		return nil, Record{}, cerr
 	}
-	if env.MessageType != coord.TypeSessionStart {
-		return nil, Record{}, coord.Errorf(coord.CodeInvalidEnvelope, "not a SessionStart")
-	}
-	if env.Sender == "" {
-		return nil, Record{}, coord.Errorf(coord.CodeInvalidEnvelope, "sender is required")
-	}
-	if !coord.ValidSessionID(env.SessionId) {
-		return nil, Record{}, coord.Errorf(coord.CodeInvalidSessionID,
-			"session_id must be a lowercase UUID v4/v7 or at least 22 base64url characters")
-	}
-	entry, ok := deps.Modes.Lookup(env.Mode)
-	if !ok {
-		return nil, Record{}, coord.Errorf(coord.CodeModeNotSupported, "mode %q is not supported", env.Mode)
-	}
-	var p macpv1.SessionStartPayload
-	if len(env.Payload) == 0 {
-		return nil, Record{}, coord.Errorf(coord.CodeInvalidEnvelope, "SessionStart needs a SessionStartPayload")
-	}
-	if err := proto.Unmarshal(env.Payload, &p); err != nil {
-		return nil, Record{}, coord.Errorf(coord.CodeInvalidEnvelope, "payload is not a SessionStartPayload")
-	}
-	desc := entry.Mode.Descriptor()
-	if p.ModeVersion == "" {
-		return nil, Record{}, coord.Errorf(coord.CodeInvalidEnvelope, "mode_version is required")
-	}
-	if p.ModeVersion != desc.GetModeVersion() {
-		return nil, Record{}, coord.Errorf(coord.CodeModeNotSupported,
-			"mode %s version %q is not supported (this runtime has %q)", env.Mode, p.ModeVersion, desc.GetModeVersion())
-	}
-	if p.ConfigurationVersion == "" {
-		return nil, Record{}, coord.Errorf(coord.CodeInvalidEnvelope, "configuration_version is required")
-	}
-	if p.TtlMs <= 0 || (deps.Limits.MaxTTLMs > 0 && p.TtlMs > deps.Limits.MaxTTLMs) {
-		return nil, Record{}, coord.Errorf(coord.CodeInvalidEnvelope, "ttl_ms must be between 1 and %d", deps.Limits.MaxTTLMs)
-	}
-	if err := checkParticipants(p.Participants, deps.Limits.MaxParticipants); err != nil {
-		return nil, Record{}, err
-	}
-	for _, r := range p.Roots {
-		if r.GetUri() == "" {
-			return nil, Record{}, coord.Errorf(coord.CodeInvalidEnvelope, "every root needs a uri")
+	if ts := env.TimestampUnixMs; ts > 0 {
+		if skew := deps.Limits.MaxStartSkewMs; skew > 0 && (ts > nowMs+skew || ts < nowMs-skew) {
+			return nil, Record{}, coord.Errorf(coord.CodeInvalidEnvelope,
+				"timestamp_unix_ms is more than %d ms away from the runtime clock; it determines the deadline", skew)
 		}
 	}
-	ts := env.TimestampUnixMs
-	if ts <= 0 {
-		ts = nowMs
-	} else if skew := deps.Limits.MaxStartSkewMs; skew > 0 && (ts > nowMs+skew || ts < nowMs-skew) {
-		return nil, Record{}, coord.Errorf(coord.CodeInvalidEnvelope,
-			"timestamp_unix_ms is more than %d ms away from the runtime clock; it determines the deadline", skew)
-	}
-	if ts > 0 && p.TtlMs > math.MaxInt64-ts {
+	deadline, ok := startDeadline(env.TimestampUnixMs, nowMs, p.TtlMs)
+	if !ok {
 		return nil, Record{}, coord.Errorf(coord.CodeInvalidEnvelope, "timestamp_unix_ms + ttl_ms overflows")
 	}
-
-	policyID := p.PolicyVersion
-	if policyID == "" {
-		policyID = coord.DefaultPolicyID
-	}
+	policyID := effectivePolicyID(p)
 	pd, ok := deps.Policies.Policy(policyID)
 	if !ok {
 		return nil, Record{}, coord.Errorf(coord.CodeUnknownPolicyVersion, "policy %q is not registered", policyID)
@@ -127,14 +82,91 @@ func Start(env *macpv1.Envelope, nowMs int64, deps Deps) (*Session, Record, erro
 	if pd.Mode != "*" && pd.Mode != env.Mode {
 		return nil, Record{}, coord.Errorf(coord.CodeInvalidPolicyDefinition, "policy %q targets mode %q, not %q", policyID, pd.Mode, env.Mode)
 	}
-	info := &StartInfo{Policy: pd, DeadlineMs: ts + p.TtlMs}
+	info := &StartInfo{Policy: pd, DeadlineMs: deadline}
 	bound := boundEnvelope(env)
 	rec := Record{SessionID: env.SessionId, Seq: 1, Kind: KindStart, AcceptedAtMs: nowMs, Envelope: bound, Start: info}
-	s, err := restore(rec, &p, entry.Mode)
+	s, err := restore(rec, p, m)
 	if err != nil {
 		return nil, Record{}, err
 	}
 	return s, rec, nil
+}
+
+// checkStart applies the SessionStart rules that depend only on the
+// envelope, the mode implementation and lim, and returns the mode and the
+// decoded payload. On replay the session-id format (deployment-defined,
+// START-2) is not re-checked and lim is zero: a start accepted under older
+// deployment settings stays valid history.
+func checkStart(env *macpv1.Envelope, modes Modes, lim Limits, replay bool) (mode.Mode, *macpv1.SessionStartPayload, *coord.Error) {
+	if err := CheckEnvelope(env, lim); err != nil {
+		return nil, nil, err
+	}
+	if env.MessageType != coord.TypeSessionStart {
+		return nil, nil, coord.Errorf(coord.CodeInvalidEnvelope, "not a SessionStart")
+	}
+	if env.Sender == "" {
+		return nil, nil, coord.Errorf(coord.CodeInvalidEnvelope, "sender is required")
+	}
+	if !replay && !coord.ValidSessionID(env.SessionId) {
+		return nil, nil, coord.Errorf(coord.CodeInvalidSessionID,
+			"session_id must be a lowercase UUID v4/v7 or at least 22 base64url characters")
+	}
+	entry, ok := modes.Lookup(env.Mode)
+	if !ok {
+		return nil, nil, coord.Errorf(coord.CodeModeNotSupported, "mode %q is not supported", env.Mode)
+	}
+	p := new(macpv1.SessionStartPayload)
+	if len(env.Payload) == 0 {
+		return nil, nil, coord.Errorf(coord.CodeInvalidEnvelope, "SessionStart needs a SessionStartPayload")
+	}
+	if err := proto.Unmarshal(env.Payload, p); err != nil {
+		return nil, nil, coord.Errorf(coord.CodeInvalidEnvelope, "payload is not a SessionStartPayload")
+	}
+	desc := entry.Mode.Descriptor()
+	if p.ModeVersion == "" {
+		return nil, nil, coord.Errorf(coord.CodeInvalidEnvelope, "mode_version is required")
+	}
+	if p.ModeVersion != desc.GetModeVersion() {
+		return nil, nil, coord.Errorf(coord.CodeModeNotSupported,
+			"mode %s version %q is not supported (this runtime has %q)", env.Mode, p.ModeVersion, desc.GetModeVersion())
+	}
+	if p.ConfigurationVersion == "" {
+		return nil, nil, coord.Errorf(coord.CodeInvalidEnvelope, "configuration_version is required")
+	}
+	if p.TtlMs <= 0 || (lim.MaxTTLMs > 0 && p.TtlMs > lim.MaxTTLMs) {
+		return nil, nil, coord.Errorf(coord.CodeInvalidEnvelope, "ttl_ms must be between 1 and %d", lim.MaxTTLMs)
+	}
+	if err := checkParticipants(p.Participants, lim.MaxParticipants); err != nil {
+		return nil, nil, err
+	}
+	for _, r := range p.Roots {
+		if r.GetUri() == "" {
+			return nil, nil, coord.Errorf(coord.CodeInvalidEnvelope, "every root needs a uri")
+		}
+	}
+	return entry.Mode, p, nil
+}
+
+// startDeadline is SessionStart timestamp + ttl_ms, with the acceptance
+// time standing in for a missing (<= 0) timestamp (RFC-MACP-0003 §2;
+// checklist TTL-1). ok is false when the sum overflows int64.
+func startDeadline(ts, acceptedAtMs, ttlMs int64) (int64, bool) {
+	if ts <= 0 {
+		ts = acceptedAtMs
+	}
+	if ts > 0 && ttlMs > math.MaxInt64-ts {
+		return 0, false
+	}
+	return ts + ttlMs, true
+}
+
+// effectivePolicyID is the payload's policy_version, or policy.default when
+// it is empty (RFC-MACP-0012 §5).
+func effectivePolicyID(p *macpv1.SessionStartPayload) string {
+	if p.PolicyVersion == "" {
+		return coord.DefaultPolicyID
+	}
+	return p.PolicyVersion
 }
 
 func checkParticipants(ps []string, max int) *coord.Error {
@@ -155,22 +187,49 @@ func checkParticipants(ps []string, max int) *coord.Error {
 }
 
 // Restore rebuilds a session from its stored start record, using the mode
-// implementation the record names. It re-runs the mode's start checks but
-// not the clock- or registry-dependent ones (skew, policy lookup): those
-// were decided when the record was accepted.
+// implementation the record names. It re-runs the SessionStart checks that
+// depend only on the record and the mode (envelope shape, payload rules,
+// the mode version, the mode's start checks) and checks that the recorded
+// deadline and policy descriptor are consistent with the envelope, but not
+// the clock-, registry- or deployment-dependent ones (skew, policy lookup,
+// session-id format, ttl/participant/payload caps): those were decided when
+// the record was accepted. A mode that is missing or now has another
+// version is MODE_NOT_SUPPORTED (RFC-MACP-0003 §3: replay only under the
+// bound versions); any other inconsistency is INTERNAL_ERROR (divergence).
 func Restore(rec Record, modes Modes) (*Session, error) {
 	if rec.Kind != KindStart || rec.Envelope == nil || rec.Start == nil || rec.Seq != 1 {
 		return nil, coord.Errorf(coord.CodeInternalError, "history does not begin with a SessionStart record")
 	}
-	entry, ok := modes.Lookup(rec.Envelope.Mode)
-	if !ok {
-		return nil, coord.Errorf(coord.CodeModeNotSupported, "mode %q is not available to replay session %s", rec.Envelope.Mode, rec.SessionID)
+	env := rec.Envelope
+	m, p, cerr := checkStart(env, modes, Limits{}, true)
+	if cerr != nil {
+		if cerr.Code == coord.CodeModeNotSupported {
+			return nil, coord.Errorf(coord.CodeModeNotSupported, "cannot replay session %s: %s", rec.SessionID, cerr.Message)
+		}
+		return nil, diverged(rec, "%v", cerr)
 	}
-	var p macpv1.SessionStartPayload
-	if err := proto.Unmarshal(rec.Envelope.Payload, &p); err != nil {
-		return nil, coord.Errorf(coord.CodeInternalError, "stored SessionStart payload does not decode")
+	if rec.SessionID != env.SessionId {
+		return nil, diverged(rec, "record is filed under session %q", rec.SessionID)
 	}
-	return restore(rec, &p, entry.Mode)
+	if dl, ok := startDeadline(env.TimestampUnixMs, rec.AcceptedAtMs, p.TtlMs); !ok || dl != rec.Start.DeadlineMs {
+		return nil, diverged(rec, "deadline %d is not timestamp + ttl_ms", rec.Start.DeadlineMs)
+	}
+	pd := rec.Start.Policy
+	if pd.ID != effectivePolicyID(p) || (pd.Mode != "*" && pd.Mode != env.Mode) {
+		return nil, diverged(rec, "policy descriptor %q (mode %q) does not fit the SessionStart", pd.ID, pd.Mode)
+	}
+	s, err := restore(rec, p, m)
+	if err != nil {
+		return nil, diverged(rec, "%v", err)
+	}
+	return s, nil
+}
+
+// diverged reports that a stored record is not what the core would accept
+// now (RFC-MACP-0003 §1).
+func diverged(rec Record, format string, args ...any) *coord.Error {
+	return coord.Errorf(coord.CodeInternalError, "replay diverged at %s record %d of session %s: %s",
+		rec.Kind, rec.Seq, rec.SessionID, fmt.Sprintf(format, args...))
 }
 
 func restore(rec Record, p *macpv1.SessionStartPayload, m mode.Mode) (*Session, error) {
@@ -430,28 +489,43 @@ func (s *Session) expire(nowMs int64) Record {
 // Apply replays one stored record (sequence Seq+1) into the session,
 // re-deciding it with the recorded time. It returns an error when the
 // record does not follow, or when the core would not accept it now: the
-// history and this code disagree (divergence).
+// history and this code disagree (divergence). After an error the session
+// must be discarded.
 func (s *Session) Apply(rec Record, lim Limits) error {
 	if rec.Seq != s.Seq+1 {
 		return coord.Errorf(coord.CodeInternalError, "record %d does not follow %d", rec.Seq, s.Seq)
+	}
+	if rec.SessionID != s.ID {
+		return diverged(rec, "record is filed under session %q, not %q", rec.SessionID, s.ID)
 	}
 	switch rec.Kind {
 	case KindMessage:
 		out := s.Step(rec.Envelope, rec.AcceptedAtMs, replayLimits(lim))
 		if !out.Accepted() || len(out.Records) != 1 || out.Records[0].Kind != KindMessage {
-			return coord.Errorf(coord.CodeInternalError, "replay diverged at record %d: %v", rec.Seq, out.Err)
+			return diverged(rec, "%v", out.Err)
 		}
 	case KindCancel:
-		if s.Status != Open || rec.Envelope == nil || rec.Envelope.MessageType != coord.TypeSessionCancel {
-			return coord.Errorf(coord.CodeInternalError, "replay diverged at cancel record %d", rec.Seq)
+		// Re-decide the cancellation the record claims, with Cancel's own
+		// rules (authority, OPEN, deadline, unique message id).
+		env := rec.Envelope
+		if env == nil || env.MessageType != coord.TypeSessionCancel || env.Sender != coord.RuntimeSender ||
+			env.SessionId != s.ID || env.Mode != s.Binding.Mode || env.MacpVersion != coord.ProtocolVersion {
+			return diverged(rec, "not a runtime SessionCancel envelope for this session")
 		}
-		if _, dup := s.seen[rec.Envelope.MessageId]; dup {
-			return coord.Errorf(coord.CodeInternalError, "replay diverged at cancel record %d: message id reused", rec.Seq)
+		var p macpv1.SessionCancelPayload
+		if err := proto.Unmarshal(env.Payload, &p); err != nil {
+			return diverged(rec, "payload is not a SessionCancelPayload")
 		}
-		s.applyCancel(rec.Envelope, rec.AcceptedAtMs)
+		out := s.Cancel(p.CancelledBy, p.Reason, env.MessageId, rec.AcceptedAtMs)
+		if out.Err != nil || len(out.Records) != 1 || out.Records[0].Kind != KindCancel {
+			return diverged(rec, "the cancellation would not be accepted: %v", out.Err)
+		}
 	case KindExpire:
+		if rec.Envelope != nil {
+			return diverged(rec, "an expire record carries no envelope")
+		}
 		if _, ok := s.ExpireIfDue(rec.AcceptedAtMs); !ok {
-			return coord.Errorf(coord.CodeInternalError, "replay diverged at expire record %d", rec.Seq)
+			return diverged(rec, "the session is %s with deadline %d", s.Status, s.DeadlineMs)
 		}
 	default:
 		return coord.Errorf(coord.CodeInternalError, "unexpected %s record at %d", rec.Kind, rec.Seq)

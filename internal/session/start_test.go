@@ -39,13 +39,13 @@ func TestStartSessionIDPolicy(t *testing.T) {
 		{"zzzzzzzz-zzzz-4zzz-8zzz-zzzzzzzzzzzz", false}, // 36-char hyphenated non-UUID
 		{"00000000-0000-0000-0000-000000000000", false}, // nil UUID
 		{"01ARZ3NDEKTSV4RRFFQ69G5FAV", true},            // ULID (26)
-		{strings.Repeat("A", 22), true},                  // exactly 22 base64url
-		{"abc_DEF-123_456-789_xyz", true},                // 23 with _ and -
-		{strings.Repeat("A", 21), false},                 // 21: too short
-		{strings.Repeat("a", 128), true},                 // upper bound
-		{strings.Repeat("a", 129), false},                // too long
-		{strings.Repeat("a", 21) + "+", false},           // '+' is not base64url
-		{strings.Repeat("a", 21) + "=", false},           // padding
+		{strings.Repeat("A", 22), true},                 // exactly 22 base64url
+		{"abc_DEF-123_456-789_xyz", true},               // 23 with _ and -
+		{strings.Repeat("A", 21), false},                // 21: too short
+		{strings.Repeat("a", 128), true},                // upper bound
+		{strings.Repeat("a", 129), false},               // too long
+		{strings.Repeat("a", 21) + "+", false},          // '+' is not base64url
+		{strings.Repeat("a", 21) + "=", false},          // padding
 		{strings.Repeat("a", 21) + ".", false},
 		{strings.Repeat("a", 21) + "é", false}, // non-ASCII
 		{"session 1 with spaces okay", false},
