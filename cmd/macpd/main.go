@@ -38,6 +38,11 @@ func run(args []string, stderr io.Writer) error {
 		}
 		return err
 	}
+	if fs.NArg() > 0 {
+		// Most likely "--insecure false": boolean flags take no separate
+		// value, so the flag was set and its intended value left over.
+		return fmt.Errorf("unexpected argument %q (boolean flags are written --flag=false)", fs.Arg(0))
+	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid configuration:\n%w", err)
 	}

@@ -344,3 +344,24 @@ func TestSecondSignalForcesExit(t *testing.T) {
 		t.Fatalf("second signal ignored: still running\n%s", out.String())
 	}
 }
+
+// Go boolean flags do not take a separate value: "--insecure false" sets
+// insecure and leaves "false" as a stray argument. Stray arguments are an
+// error, so that typo cannot silently enable plaintext.
+func TestStrayArgumentsRejected(t *testing.T) {
+	cleanEnv(t)
+	var stderr bytes.Buffer
+	for _, args := range [][]string{
+		{"--check-config", "--insecure", "false"},
+		{"--check-config", "--insecure", "--memory-only", "false"},
+		{"--check-config", "--insecure", "serve"},
+	} {
+		err := run(args, &stderr)
+		if err == nil || !strings.Contains(err.Error(), args[len(args)-1]) {
+			t.Errorf("run(%q) = %v, want an error naming the stray argument", args, err)
+		}
+	}
+	if err := run([]string{"--check-config", "--insecure=true", "--memory-only=true"}, &stderr); err != nil {
+		t.Errorf("--flag=value form: %v", err)
+	}
+}
