@@ -1,0 +1,783 @@
+// Package storetest is the one shared suite every store.Store passes
+// (memstore today, the durable stores later).
+//
+// A store's test calls
+//
+//	storetest.Run(t, func(t *testing.T) store.Store { return memstore.New() })
+//
+// and a durable store adds a Reopen option, so the suite can close the
+// store mid-test, open the same storage again and check that every record
+// survived:
+//
+//	storetest.Run(t, open, storetest.WithReopen(func(t *testing.T, s store.Store) store.Store {
+//		dir := s.(*pebblestore.Store).Dir()
+//		if err := s.Close(); err != nil { t.Fatal(err) }
+//		return pebblestore.Open(dir)
+//	}))
+//
+// open is called once per subtest and must return an empty store; the suite
+// closes what it opens (Close errors other than ErrClosed fail the test).
+//
+// What the suite checks (store package doc, Store interface):
+//   - Append/Read round trip preserving every field of session.Record,
+//     including StartInfo and envelope payload bytes, for every Kind;
+//   - Seq continuity: a session's first record is 1, then no gaps or
+//     repeats; a violation is ErrConflict and nothing of the batch is
+//     written (atomicity), also when the bad record belongs to another
+//     session of the same batch;
+//   - batches mixing sessions; Read from the middle and past the end;
+//     session ids that are prefixes of each other;
+//   - ErrNotFound for unknown sessions (Read, LastSeq); LastSeq;
+//   - Sessions in id order; fn errors propagate from Read and Sessions and
+//     stop the iteration;
+//   - concurrent appends to many sessions, concurrent readers, and
+//     competing appends to one session (exactly one wins each sequence
+//     number) — run with -race;
+//   - Close: later calls return ErrClosed;
+//   - with WithReopen: records, LastSeq, Sessions and the continuity rule
+//     survive a close and reopen.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/session"
+	"github.com/macpd/macpd/internal/store"
+	"google.golang.org/protobuf/proto"
+)
+
+// Reopener closes s and returns a store over the same underlying storage.
+type Reopener func(t *testing.T, s store.Store) store.Store
+
+// Option configures Run.
+type Option func(*config)
+
+type config struct {
+	reopen Reopener
+}
+
+// WithReopen enables the reopen checks for a durable store.
+func WithReopen(r Reopener) Option { return func(c *config) { c.reopen = r } }
+
+// Run runs the shared suite against the stores open returns.
+func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	h := &harness{open: open, cfg: cfg}
+	t.Run("RoundTripEveryField", h.roundTrip)
+	t.Run("EmptyAppend", h.emptyAppend)
+	t.Run("FirstRecordMustBeOne", h.firstRecordMustBeOne)
+	t.Run("ContinuityConflicts", h.continuity)
+	t.Run("BatchAtomicity", h.batchAtomicity)
+	t.Run("MixedSessionBatch", h.mixedBatch)
+	t.Run("ReadFrom", h.readFrom)
+	t.Run("PrefixSessionIDs", h.prefixIDs)
+	t.Run("NotFound", h.notFound)
+	t.Run("SessionsInOrder", h.sessionsInOrder)
+	t.Run("CallbackErrors", h.callbackErrors)
+	t.Run("LargeRecords", h.largeRecords)
+	t.Run("ConcurrentAppends", h.concurrentAppends)
+	t.Run("CompetingAppends", h.competingAppends)
+	t.Run("Close", h.close)
+	if cfg.reopen != nil {
+		t.Run("Reopen", h.reopenSurvives)
+		t.Run("ReopenContinuity", h.reopenContinuity)
+	}
+}
+
+type harness struct {
+	open func(t *testing.T) store.Store
+	cfg  config
+}
+
+var ctx = context.Background()
+
+// fresh opens a store that is closed when the test ends.
+func (h *harness) fresh(t *testing.T) *handle {
+	t.Helper()
+	s := h.open(t)
+	if s == nil {
+		t.Fatal("open returned nil")
+	}
+	hd := &handle{s: s}
+	t.Cleanup(func() {
+		if err := hd.s.Close(); err != nil && !errors.Is(err, store.ErrClosed) {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return hd
+}
+
+// handle lets reopen swap the store under a test's cleanup.
+type handle struct{ s store.Store }
+
+func (h *harness) reopen(t *testing.T, hd *handle) {
+	t.Helper()
+	hd.s = h.cfg.reopen(t, hd.s)
+	if hd.s == nil {
+		t.Fatal("reopen returned nil")
+	}
+}
+
+// ---- record builders ----------------------------------------------------------
+
+// Session ids used by the suite. idA is a prefix of idAB (key-encoding
+// trap for ordered key-value stores); order: idA < idAB < idB < idC.
+const (
+	idA  = "3f2b8c1e-9a4d-4f6b-8c2e-1d5a7b9c0e3f"
+	idAB = "3f2b8c1e-9a4d-4f6b-8c2e-1d5a7b9c0e3f0"
+	idB  = "7a1b2c3d-0000-4000-8000-000000000001"
+	idC  = "zzzzzzzzzzzzzzzzzzzzzz"
+)
+
+// startRec is a fully populated KindStart record.
+func startRec(id string, at int64) session.Record {
+	payload, _ := proto.MarshalOptions{Deterministic: true}.Marshal(&macpv1.SessionStartPayload{
+		Intent: "intent ✓", Participants: []string{"alice", "bob"}, ModeVersion: "1.0.0",
+		ConfigurationVersion: "cfg", PolicyVersion: "policy.custom", TtlMs: 60_000,
+		Roots: []*macpv1.Root{{Uri: "file:///r", Name: "r"}}, ContextId: "ctx",
+		Extensions: map[string][]byte{"x-a": {0, 1, 2}},
+	})
+	return session.Record{
+		SessionID:    id,
+		Seq:          1,
+		Kind:         session.KindStart,
+		AcceptedAtMs: at,
+		Envelope: &macpv1.Envelope{
+			MacpVersion: "1.0", Mode: "macp.mode.decision.v1", MessageType: "SessionStart", MessageId: "m-start-" + id,
+			SessionId: id, Sender: "initiator", TimestampUnixMs: at - 3, Payload: payload,
+		},
+		Start: &session.StartInfo{
+			Policy: policy.Descriptor{
+				ID: "policy.custom", Mode: "macp.mode.decision.v1", Description: "a description\nwith lines",
+				Rules: `{"commitment":{"authority":"any_participant"},"voting":{"algorithm":"majority"}}`, SchemaVersion: 1,
+			},
+			DeadlineMs: at - 3 + 60_000,
+		},
+	}
+}
+
+// msgRec is a KindMessage record whose payload bytes include every byte
+// value at least once for seq > 0.
+func msgRec(id string, seq uint64, at int64) session.Record {
+	p := make([]byte, 0, 300)
+	for i := 0; i < 256; i++ {
+		p = append(p, byte(i+int(seq)))
+	}
+	return session.Record{
+		SessionID: id, Seq: seq, Kind: session.KindMessage, AcceptedAtMs: at,
+		Envelope: &macpv1.Envelope{
+			MacpVersion: "1.0", Mode: "macp.mode.decision.v1", MessageType: "Proposal",
+			MessageId: fmt.Sprintf("m-%d", seq), SessionId: id, Sender: "alice", TimestampUnixMs: -1, Payload: p,
+		},
+	}
+}
+
+func cancelRec(id string, seq uint64, at int64) session.Record {
+	payload, _ := proto.Marshal(&macpv1.SessionCancelPayload{Reason: "r", CancelledBy: "initiator"})
+	return session.Record{
+		SessionID: id, Seq: seq, Kind: session.KindCancel, AcceptedAtMs: at,
+		Envelope: &macpv1.Envelope{
+			MacpVersion: "1.0", Mode: "macp.mode.decision.v1", MessageType: "SessionCancel",
+			MessageId: fmt.Sprintf("cancel-%d", seq), SessionId: id, Sender: "_runtime", TimestampUnixMs: at, Payload: payload,
+		},
+	}
+}
+
+func expireRec(id string, seq uint64, at int64) session.Record {
+	return session.Record{SessionID: id, Seq: seq, Kind: session.KindExpire, AcceptedAtMs: at}
+}
+
+// history returns records 1..n of a session: a start, messages and, when
+// terminal is non-zero, a terminal record of that kind as record n.
+func history(id string, n int, terminal session.Kind) []session.Record {
+	at := int64(1_760_000_000_000)
+	out := []session.Record{startRec(id, at)}
+	for seq := uint64(2); seq <= uint64(n); seq++ {
+		at += 7
+		switch {
+		case seq == uint64(n) && terminal == session.KindCancel:
+			out = append(out, cancelRec(id, seq, at))
+		case seq == uint64(n) && terminal == session.KindExpire:
+			out = append(out, expireRec(id, seq, at))
+		default:
+			out = append(out, msgRec(id, seq, at))
+		}
+	}
+	return out[:n]
+}
+
+// ---- comparisons ----------------------------------------------------------------
+
+// diffRecord describes how got differs from want, or returns "".
+func diffRecord(want, got session.Record) string {
+	var d []string
+	if want.SessionID != got.SessionID {
+		d = append(d, fmt.Sprintf("SessionID %q != %q", got.SessionID, want.SessionID))
+	}
+	if want.Seq != got.Seq {
+		d = append(d, fmt.Sprintf("Seq %d != %d", got.Seq, want.Seq))
+	}
+	if want.Kind != got.Kind {
+		d = append(d, fmt.Sprintf("Kind %s != %s", got.Kind, want.Kind))
+	}
+	if want.AcceptedAtMs != got.AcceptedAtMs {
+		d = append(d, fmt.Sprintf("AcceptedAtMs %d != %d", got.AcceptedAtMs, want.AcceptedAtMs))
+	}
+	switch {
+	case (want.Envelope == nil) != (got.Envelope == nil):
+		d = append(d, fmt.Sprintf("Envelope nil=%v, want nil=%v", got.Envelope == nil, want.Envelope == nil))
+	case want.Envelope != nil:
+		if !proto.Equal(want.Envelope, got.Envelope) {
+			d = append(d, fmt.Sprintf("Envelope %v != %v", got.Envelope, want.Envelope))
+		}
+		if string(want.Envelope.Payload) != string(got.Envelope.Payload) {
+			d = append(d, "payload bytes differ")
+		}
+	}
+	switch {
+	case (want.Start == nil) != (got.Start == nil):
+		d = append(d, fmt.Sprintf("Start nil=%v, want nil=%v", got.Start == nil, want.Start == nil))
+	case want.Start != nil && *want.Start != *got.Start:
+		d = append(d, fmt.Sprintf("Start %+v != %+v", *got.Start, *want.Start))
+	}
+	return strings.Join(d, "; ")
+}
+
+// readAll reads a session from seq from.
+func readAll(t *testing.T, s store.Store, id string, from uint64) []session.Record {
+	t.Helper()
+	var out []session.Record
+	if err := s.Read(ctx, id, from, func(r session.Record) error {
+		out = append(out, r)
+		return nil
+	}); err != nil {
+		t.Fatalf("Read(%s, %d): %v", id, from, err)
+	}
+	return out
+}
+
+// wantHistory checks that the store holds exactly want for its session.
+func wantHistory(t *testing.T, s store.Store, want []session.Record) {
+	t.Helper()
+	id := want[0].SessionID
+	got := readAll(t, s, id, 1)
+	if len(got) != len(want) {
+		t.Fatalf("session %s: read %d records, want %d", id, len(got), len(want))
+	}
+	for i := range want {
+		if d := diffRecord(want[i], got[i]); d != "" {
+			t.Fatalf("session %s record %d: %s", id, i+1, d)
+		}
+	}
+	last, err := s.LastSeq(ctx, id)
+	if err != nil || last != want[len(want)-1].Seq {
+		t.Fatalf("LastSeq(%s) = %d, %v; want %d", id, last, err, want[len(want)-1].Seq)
+	}
+}
+
+func mustAppend(t *testing.T, s store.Store, recs []session.Record) {
+	t.Helper()
+	if err := s.Append(ctx, recs); err != nil {
+		t.Fatalf("Append(%d records): %v", len(recs), err)
+	}
+}
+
+func wantConflict(t *testing.T, s store.Store, recs []session.Record, why string) {
+	t.Helper()
+	err := s.Append(ctx, recs)
+	if !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("%s: Append = %v, want ErrConflict", why, err)
+	}
+}
+
+func sessions(t *testing.T, s store.Store) []string {
+	t.Helper()
+	var ids []string
+	if err := s.Sessions(ctx, func(id string) error {
+		ids = append(ids, id)
+		return nil
+	}); err != nil {
+		t.Fatalf("Sessions: %v", err)
+	}
+	return ids
+}
+
+func lastSeqNotFound(t *testing.T, s store.Store, id string) {
+	t.Helper()
+	if n, err := s.LastSeq(ctx, id); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("LastSeq(%s) = %d, %v; want ErrNotFound", id, n, err)
+	}
+}
+
+// ---- subtests ----------------------------------------------------------------------
+
+// Every field of every record kind survives the round trip.
+func (h *harness) roundTrip(t *testing.T) {
+	s := h.fresh(t).s
+	for _, k := range []session.Kind{session.KindMessage, session.KindCancel, session.KindExpire} {
+		id := fmt.Sprintf("round-trip-session-%s-0000", k)
+		want := history(id, 4, k)
+		mustAppend(t, s, want[:1])
+		mustAppend(t, s, want[1:])
+		wantHistory(t, s, want)
+	}
+	// Extreme field values.
+	id := "round-trip-extremes-000000"
+	r := startRec(id, math.MaxInt64)
+	r.Start.DeadlineMs = math.MinInt64
+	r.Start.Policy.SchemaVersion = math.MaxUint32
+	r.Envelope.TimestampUnixMs = math.MinInt64
+	r.Envelope.Payload = []byte{}
+	m := msgRec(id, 2, -1)
+	m.Envelope.Payload = nil
+	m.Envelope.Sender = strings.Repeat("s", 1000)
+	e := expireRec(id, 3, 0)
+	mustAppend(t, s, []session.Record{r, m, e})
+	wantHistory(t, s, []session.Record{r, m, e})
+}
+
+// An empty batch is a no-op.
+func (h *harness) emptyAppend(t *testing.T) {
+	s := h.fresh(t).s
+	if err := s.Append(ctx, nil); err != nil {
+		t.Fatalf("Append(nil) = %v", err)
+	}
+	if err := s.Append(ctx, []session.Record{}); err != nil {
+		t.Fatalf("Append(empty) = %v", err)
+	}
+	if ids := sessions(t, s); len(ids) != 0 {
+		t.Fatalf("empty appends created sessions %v", ids)
+	}
+}
+
+// Store doc: "the first record of a new session has Seq 1".
+func (h *harness) firstRecordMustBeOne(t *testing.T) {
+	s := h.fresh(t).s
+	for _, seq := range []uint64{0, 2, 3, math.MaxUint64} {
+		r := msgRec(idA, seq, 1)
+		wantConflict(t, s, []session.Record{r}, fmt.Sprintf("first record with Seq %d", seq))
+		lastSeqNotFound(t, s, idA)
+	}
+	if ids := sessions(t, s); len(ids) != 0 {
+		t.Fatalf("rejected appends created sessions %v", ids)
+	}
+	h1 := history(idA, 1, 0)
+	mustAppend(t, s, h1)
+	wantHistory(t, s, h1)
+}
+
+// Store doc: "Append refuses a record whose Seq does not continue the
+// stored history of its session (ErrConflict), so a caller ... can never
+// write a gap or a fork."
+func (h *harness) continuity(t *testing.T) {
+	s := h.fresh(t).s
+	full := history(idA, 6, 0)
+	mustAppend(t, s, full[:3])
+	cases := []struct {
+		why  string
+		recs []session.Record
+	}{
+		{"gap", []session.Record{full[4]}},
+		{"repeat of the last record", []session.Record{full[2]}},
+		{"fork at an earlier seq", []session.Record{full[1]}},
+		{"a second start", []session.Record{full[0]}},
+		{"gap inside the batch", []session.Record{full[3], full[5]}},
+		{"repeat inside the batch", []session.Record{full[3], full[3]}},
+		{"out of order batch", []session.Record{full[4], full[3]}},
+		{"seq 0", []session.Record{msgRec(idA, 0, 1)}},
+	}
+	for _, c := range cases {
+		wantConflict(t, s, c.recs, c.why)
+		wantHistory(t, s, full[:3])
+	}
+	mustAppend(t, s, full[3:5])
+	mustAppend(t, s, full[5:])
+	wantHistory(t, s, full)
+}
+
+// Store doc: "An Append call is atomic: all of its records become durable
+// together, or none do." A batch with one bad record writes nothing, for
+// any session in it.
+func (h *harness) batchAtomicity(t *testing.T) {
+	s := h.fresh(t).s
+	a := history(idA, 5, 0)
+	b := history(idB, 3, 0)
+	mustAppend(t, s, a[:2])
+	// Good records for A and a brand-new C, then a bad one for B (B's
+	// first record is not 1).
+	c := history(idC, 2, 0)
+	wantConflict(t, s, []session.Record{a[2], a[3], c[0], c[1], b[1]}, "batch ending with a bad record")
+	wantHistory(t, s, a[:2])
+	lastSeqNotFound(t, s, idC)
+	lastSeqNotFound(t, s, idB)
+	if ids := sessions(t, s); !slices.Equal(ids, []string{idA}) {
+		t.Fatalf("Sessions after a failed batch = %v", ids)
+	}
+	// A bad record first, good ones after.
+	wantConflict(t, s, []session.Record{a[4], a[2], a[3]}, "batch starting with a bad record")
+	wantHistory(t, s, a[:2])
+	// The same batch, fixed, goes through.
+	mustAppend(t, s, []session.Record{a[2], a[3], c[0], c[1], b[0]})
+	wantHistory(t, s, a[:4])
+	wantHistory(t, s, c)
+	wantHistory(t, s, b[:1])
+}
+
+// Store doc: "recs may mix sessions; the records of each session must be
+// in Seq order".
+func (h *harness) mixedBatch(t *testing.T) {
+	s := h.fresh(t).s
+	a := history(idA, 4, session.KindExpire)
+	b := history(idB, 4, session.KindCancel)
+	c := history(idC, 3, session.KindMessage)
+	// Interleaved.
+	mustAppend(t, s, []session.Record{a[0], b[0], a[1], c[0], b[1], b[2], a[2], c[1]})
+	mustAppend(t, s, []session.Record{c[2], b[3], a[3]})
+	wantHistory(t, s, a)
+	wantHistory(t, s, b)
+	wantHistory(t, s, c)
+}
+
+// Read calls fn "for each record of the session with Seq >= from, in order".
+func (h *harness) readFrom(t *testing.T) {
+	s := h.fresh(t).s
+	want := history(idA, 50, 0)
+	for i := 0; i < len(want); i += 7 {
+		mustAppend(t, s, want[i:min(i+7, len(want))])
+	}
+	for _, from := range []uint64{0, 1, 2, 25, 49, 50} {
+		got := readAll(t, s, idA, from)
+		start := max(from, 1)
+		if len(got) != len(want)-int(start)+1 {
+			t.Fatalf("Read from %d: %d records", from, len(got))
+		}
+		for i, r := range got {
+			if d := diffRecord(want[int(start)-1+i], r); d != "" {
+				t.Fatalf("Read from %d, record %d: %s", from, i, d)
+			}
+		}
+	}
+	for _, from := range []uint64{51, 1000, math.MaxUint64} {
+		if got := readAll(t, s, idA, from); len(got) != 0 {
+			t.Fatalf("Read from %d past the end: %d records", from, len(got))
+		}
+	}
+}
+
+// Session ids that are prefixes of one another stay separate (a classic
+// key-encoding bug in ordered stores).
+func (h *harness) prefixIDs(t *testing.T) {
+	s := h.fresh(t).s
+	a := history(idA, 3, 0)
+	ab := history(idAB, 5, 0)
+	mustAppend(t, s, ab[:1])
+	mustAppend(t, s, a)
+	mustAppend(t, s, ab[1:])
+	wantHistory(t, s, a)
+	wantHistory(t, s, ab)
+	if got := readAll(t, s, idA, 3); len(got) != 1 || got[0].SessionID != idA {
+		t.Fatalf("Read(%s, 3) = %v", idA, got)
+	}
+	if ids := sessions(t, s); !slices.Equal(ids, []string{idA, idAB}) {
+		t.Fatalf("Sessions = %v", ids)
+	}
+}
+
+// Read / LastSeq of an unknown session: ErrNotFound.
+func (h *harness) notFound(t *testing.T) {
+	s := h.fresh(t).s
+	called := false
+	err := s.Read(ctx, idA, 1, func(session.Record) error { called = true; return nil })
+	if !errors.Is(err, store.ErrNotFound) || called {
+		t.Fatalf("Read(unknown) = %v (fn called %v), want ErrNotFound", err, called)
+	}
+	lastSeqNotFound(t, s, idA)
+	mustAppend(t, s, history(idAB, 2, 0))
+	// A prefix or extension of a stored id is still unknown.
+	if err := s.Read(ctx, idA, 1, func(session.Record) error { return nil }); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Read(prefix of a stored id) = %v", err)
+	}
+	lastSeqNotFound(t, s, idA)
+	lastSeqNotFound(t, s, idAB+"1")
+	lastSeqNotFound(t, s, "")
+}
+
+// Sessions: "in id order".
+func (h *harness) sessionsInOrder(t *testing.T) {
+	s := h.fresh(t).s
+	if ids := sessions(t, s); len(ids) != 0 {
+		t.Fatalf("new store has sessions %v", ids)
+	}
+	var want []string
+	for i := 0; i < 40; i++ {
+		// Ids whose insertion order, numeric order and byte order differ.
+		id := fmt.Sprintf("session-%d-%s", (i*17)%40, strings.Repeat("x", i%5+14))
+		want = append(want, id)
+		mustAppend(t, s, history(id, 1+i%3, 0))
+	}
+	for _, id := range []string{idC, idB, idAB, idA, "A-upper-case-sorts-first-0"} {
+		want = append(want, id)
+		mustAppend(t, s, history(id, 1, 0))
+	}
+	slices.Sort(want)
+	if got := sessions(t, s); !slices.Equal(got, want) {
+		t.Fatalf("Sessions =\n%v\nwant\n%v", got, want)
+	}
+}
+
+// "until fn returns an error (which Read returns)" / "(which Sessions
+// returns)".
+func (h *harness) callbackErrors(t *testing.T) {
+	s := h.fresh(t).s
+	mustAppend(t, s, history(idA, 10, 0))
+	mustAppend(t, s, history(idB, 1, 0))
+	mustAppend(t, s, history(idC, 1, 0))
+	stop := errors.New("stop here")
+	var seen []uint64
+	err := s.Read(ctx, idA, 2, func(r session.Record) error {
+		seen = append(seen, r.Seq)
+		if r.Seq == 4 {
+			return fmt.Errorf("wrapped: %w", stop)
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || !slices.Equal(seen, []uint64{2, 3, 4}) {
+		t.Fatalf("Read with failing fn = %v after %v", err, seen)
+	}
+	var ids []string
+	err = s.Sessions(ctx, func(id string) error {
+		ids = append(ids, id)
+		if id == idB {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || !slices.Equal(ids, []string{idA, idB}) {
+		t.Fatalf("Sessions with failing fn = %v after %v", err, ids)
+	}
+	// The store is still usable.
+	mustAppend(t, s, []session.Record{msgRec(idB, 2, 5)})
+}
+
+// Payloads of the default 1 MiB limit and long histories.
+func (h *harness) largeRecords(t *testing.T) {
+	s := h.fresh(t).s
+	r := msgRec(idA, 2, 1)
+	r.Envelope.Payload = make([]byte, 1<<20)
+	for i := range r.Envelope.Payload {
+		r.Envelope.Payload[i] = byte(i * 31)
+	}
+	want := append(history(idA, 1, 0), r)
+	mustAppend(t, s, want)
+	wantHistory(t, s, want)
+	long := history(idB, 2000, 0)
+	mustAppend(t, s, long[:1000])
+	mustAppend(t, s, long[1000:])
+	wantHistory(t, s, long)
+}
+
+// Many goroutines append to their own sessions while others read (run the
+// suite with -race).
+func (h *harness) concurrentAppends(t *testing.T) {
+	s := h.fresh(t).s
+	const writers, perWriter = 16, 60
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*2)
+	for w := 0; w < writers; w++ {
+		wg.Add(2)
+		id := fmt.Sprintf("concurrent-session-%02d-000000", w)
+		go func() {
+			defer wg.Done()
+			recs := history(id, perWriter, 0)
+			for i := 0; i < len(recs); {
+				n := 1 + (i+w)%4
+				if err := s.Append(ctx, recs[i:min(i+n, len(recs))]); err != nil {
+					errs <- fmt.Errorf("%s: %w", id, err)
+					return
+				}
+				i += n
+			}
+		}()
+		go func() { // a reader racing the writer
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				var last uint64
+				err := s.Read(ctx, id, 1, func(r session.Record) error {
+					if r.Seq != last+1 || r.SessionID != id {
+						return fmt.Errorf("read %s seq %d after %d", r.SessionID, r.Seq, last)
+					}
+					last = r.Seq
+					return nil
+				})
+				if err != nil && !errors.Is(err, store.ErrNotFound) {
+					errs <- err
+					return
+				}
+				if _, err := s.LastSeq(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+					errs <- err
+					return
+				}
+				_ = s.Sessions(ctx, func(string) error { return nil })
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	ids := sessions(t, s)
+	if len(ids) != writers {
+		t.Fatalf("%d sessions, want %d", len(ids), writers)
+	}
+	for _, id := range ids {
+		wantHistory(t, s, history(id, perWriter, 0))
+	}
+}
+
+// Competing appends of the same sequence numbers to one session: exactly
+// one writer wins each number, the others get ErrConflict; the history has
+// no gap and no fork.
+func (h *harness) competingAppends(t *testing.T) {
+	s := h.fresh(t).s
+	const writers, target = 8, 40
+	mustAppend(t, s, history(idA, 1, 0))
+	var wg sync.WaitGroup
+	wins := make([]int, writers)
+	errs := make(chan error, writers)
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				last, err := s.LastSeq(ctx, idA)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if last >= target {
+					return
+				}
+				r := msgRec(idA, last+1, int64(w)) // AcceptedAtMs tags the writer
+				switch err := s.Append(ctx, []session.Record{r}); {
+				case err == nil:
+					wins[w]++
+				case errors.Is(err, store.ErrConflict):
+				default:
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	got := readAll(t, s, idA, 1)
+	if len(got) != target {
+		t.Fatalf("%d records, want %d", len(got), target)
+	}
+	total := 0
+	for _, n := range wins {
+		total += n
+	}
+	if total != target-1 {
+		t.Fatalf("%d successful appends for %d records", total, target-1)
+	}
+	perWriter := make([]int, writers)
+	for i, r := range got {
+		if r.Seq != uint64(i+1) {
+			t.Fatalf("record %d has Seq %d", i, r.Seq)
+		}
+		if i > 0 {
+			perWriter[r.AcceptedAtMs]++
+		}
+	}
+	if !slices.Equal(perWriter, wins) {
+		t.Fatalf("stored records per writer %v, successful appends %v", perWriter, wins)
+	}
+}
+
+// Close: "Later calls return ErrClosed."
+func (h *harness) close(t *testing.T) {
+	s := h.fresh(t).s
+	mustAppend(t, s, history(idA, 2, 0))
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := s.Append(ctx, history(idB, 1, 0)); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Append after Close = %v", err)
+	}
+	if err := s.Read(ctx, idA, 1, func(session.Record) error { return nil }); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Read after Close = %v", err)
+	}
+	if _, err := s.LastSeq(ctx, idA); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("LastSeq after Close = %v", err)
+	}
+	if err := s.Sessions(ctx, func(string) error { return nil }); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Sessions after Close = %v", err)
+	}
+	// A second Close must not panic; nil or ErrClosed are both fine.
+	if err := s.Close(); err != nil && !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("second Close = %v", err)
+	}
+}
+
+// Durable stores: everything survives a close and reopen.
+func (h *harness) reopenSurvives(t *testing.T) {
+	hd := h.fresh(t)
+	a := history(idA, 5, session.KindCancel)
+	ab := history(idAB, 3, session.KindExpire)
+	b := history(idB, 4, session.KindMessage)
+	big := msgRec(idC, 2, 9)
+	big.Envelope.Payload = make([]byte, 1<<20)
+	c := []session.Record{startRec(idC, 1), big}
+	mustAppend(t, hd.s, []session.Record{a[0], b[0], ab[0]})
+	mustAppend(t, hd.s, append(append(a[1:], b[1:]...), ab[1:]...))
+	mustAppend(t, hd.s, c)
+	h.reopen(t, hd)
+	for _, want := range [][]session.Record{a, ab, b, c} {
+		wantHistory(t, hd.s, want)
+	}
+	if ids := sessions(t, hd.s); !slices.Equal(ids, []string{idA, idAB, idB, idC}) {
+		t.Fatalf("Sessions after reopen = %v", ids)
+	}
+	// Twice in a row, with nothing written in between.
+	h.reopen(t, hd)
+	wantHistory(t, hd.s, a)
+}
+
+// Durable stores: the continuity rule and atomicity hold across a reopen,
+// and a failed batch leaves nothing behind on disk.
+func (h *harness) reopenContinuity(t *testing.T) {
+	hd := h.fresh(t)
+	full := history(idA, 6, 0)
+	mustAppend(t, hd.s, full[:3])
+	wantConflict(t, hd.s, []session.Record{full[3], history(idB, 2, 0)[1]}, "bad batch before reopen")
+	h.reopen(t, hd)
+	wantHistory(t, hd.s, full[:3])
+	lastSeqNotFound(t, hd.s, idB)
+	wantConflict(t, hd.s, []session.Record{full[4]}, "gap after reopen")
+	wantConflict(t, hd.s, []session.Record{full[2]}, "repeat after reopen")
+	wantConflict(t, hd.s, []session.Record{full[0]}, "restart after reopen")
+	mustAppend(t, hd.s, full[3:])
+	h.reopen(t, hd)
+	wantHistory(t, hd.s, full)
+	if ids := sessions(t, hd.s); !slices.Equal(ids, []string{idA}) {
+		t.Fatalf("Sessions = %v", ids)
+	}
+}
