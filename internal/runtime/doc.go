@@ -18,15 +18,27 @@
 //
 // If an append fails, the session's in-memory state is ahead of the store:
 // the owner is marked failed, every waiter gets INTERNAL_ERROR, and the
-// next access rebuilds the session from the store by replay. Later records
-// of that session that were already queued are refused by the store's
-// sequence check, so no gap or fork can be written.
+// next access rebuilds the session from the store by replay, once the
+// session's queued requests have been answered. Later records of that
+// session that were already queued are left out of the append (the store's
+// sequence check would refuse them anyway), so no gap or fork can be
+// written and other sessions in the same batch are not failed with them.
+// An expiry that cannot be stored is retried by the timer.
 //
 // Reads (GetSession, ListSessions) show only durable state: a read that
-// finds records still in flight waits for them.
+// finds records still in flight waits for them. So do answers that write
+// nothing but were decided on that state (a duplicate, a rejection, an
+// idempotent cancel): they wait for a barrier queued behind the session's
+// in-flight records and fail with INTERNAL_ERROR if one of those was lost.
+// Follow-ups of a commit (releasing an initiator's open-session slot,
+// forgetting a session whose SessionStart was not stored) run on the
+// commit's outcome, not on the caller's context.
 //
-// Goroutines: the committer, the TTL timer loop, and one per subscriber
-// stream (owned by the transport). Lock order: owner.mu before Runtime.mu (a
-// new owner is locked before it is published in the map); never hold an
-// owner lock while waiting for durability.
+// Goroutines: the committer, the TTL timer loop, one short-lived worker per
+// fired deadline (Close waits for them), and one per subscriber stream
+// (owned by the transport). Lock order: owner.mu before Runtime.mu (a new
+// owner is locked before it is published in the map). Never hold an owner
+// lock while waiting for durability, except heal, which waits under it for
+// its own session's queued requests: the committer answers them without
+// taking any owner lock.
 package runtime

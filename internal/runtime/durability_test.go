@@ -233,16 +233,16 @@ func TestStaleFailureDoesNotDisableHealing(t *testing.T) {
 	ctx := context.Background()
 
 	f1 := st.block(sid, true)  // append #1 (m2): stalls, then fails
-	f2 := st.block(sid, false) // append #2 (m3): stalls, then goes to the store
+	f2 := st.block(sid, false) // the next append of sid stalls until released
 	a := sendAsync(r, ctx, aliceID, proposalEnv(sid, "m2"))
 	waitEntered(t, f1)
 	b := sendAsync(r, ctx, bobID, proposalEnv(sid, "m3")) // seq 4, on top of m2
 	eventually(t, 2*time.Second, "m3 queued", func() bool { return len(r.commits) == 1 })
 	f1.release()
 	wantCode(t, recv(t, a, "m2 ack"), coord.CodeInternalError)
-	waitEntered(t, f2)
 
-	// Another sender arrives while m3's doomed append is still in flight.
+	// Another sender arrives while m3 (doomed: its append is refused, or it
+	// is left out of the append) may still be in flight.
 	c := sendAsync(r, ctx, aliceID, proposalEnv(sid, "m4"))
 	deadline := time.Now().Add(200 * time.Millisecond)
 	for len(r.commits) == 0 && time.Now().Before(deadline) {
@@ -250,10 +250,10 @@ func TestStaleFailureDoesNotDisableHealing(t *testing.T) {
 	}
 	f2.release()
 	wantCode(t, recv(t, b, "m3 ack"), coord.CodeInternalError)
-	mustAck := recv(t, c, "m4 ack")
-	if !mustAck.Ok {
-		t.Fatalf("m4: %v", mustAck)
+	if ack := recv(t, c, "m4 ack"); !ack.Ok {
+		t.Fatalf("m4: %v", ack)
 	}
+	st.clear()
 
 	// A fresh failure must be healed like the first one.
 	st.failNext(sid, 1)
@@ -262,8 +262,7 @@ func TestStaleFailureDoesNotDisableHealing(t *testing.T) {
 	if slices.Contains(v.seen, "m5") || v.seq != 3 {
 		t.Fatalf("session shows %+v after the second failure; want seq 3 without m5", v)
 	}
-	ack := mustOK(t, r, aliceID, proposalEnv(sid, "m5"))
-	_ = ack
+	mustOK(t, r, aliceID, proposalEnv(sid, "m5"))
 	if ids := storedIDs(t, st, sid); !slices.Equal(ids, []string{"m0", "m1", "m4", "m5"}) {
 		t.Fatalf("store holds %v", ids)
 	}
@@ -472,5 +471,39 @@ func TestFailedExpiryIsRetried(t *testing.T) {
 	})
 	if s, _ := getState(r, initID, sid); s != macpv1.SessionState_SESSION_STATE_EXPIRED {
 		t.Fatalf("state %v", s)
+	}
+}
+
+// Group commit must not spread one session's failure: records decided on
+// top of a failed append are doomed (the store refuses them), and batching
+// them with other sessions' records must not fail those too (ADM-32
+// "errors are terminal for that message only"; package doc "Later records
+// of that session that were already queued are refused").
+func TestDoomedRecordsDoNotFailOtherSessions(t *testing.T) {
+	st := newFaultStore()
+	r := newRT(t, st, Options{})
+	ctx := context.Background()
+	a, b := openSession(t, r, 0), openSession(t, r, 0)
+
+	stall := st.block(a, true)
+	first := sendAsync(r, ctx, aliceID, proposalEnv(a, "a2"))
+	waitEntered(t, stall)
+	doomed := sendAsync(r, ctx, aliceID, proposalEnv(a, "a3")) // seq 4, on top of a2
+	eventually(t, 2*time.Second, "a3 queued", func() bool { return len(r.commits) == 1 })
+	other := sendAsync(r, ctx, aliceID, proposalEnv(b, "b2"))
+	eventually(t, 2*time.Second, "b2 queued", func() bool { return len(r.commits) == 2 })
+	stall.release()
+
+	wantCode(t, recv(t, first, "a2 ack"), coord.CodeInternalError)
+	wantCode(t, recv(t, doomed, "a3 ack"), coord.CodeInternalError)
+	if ack := recv(t, other, "b2 ack"); !ack.Ok {
+		t.Fatalf("session b failed because a's doomed record shared its batch: %v", ack)
+	}
+	if ids := storedIDs(t, st, b); !slices.Equal(ids, []string{"m0", "m1", "b2"}) {
+		t.Fatalf("b stored %v", ids)
+	}
+	mustOK(t, r, aliceID, proposalEnv(a, "a3"))
+	if ids := storedIDs(t, st, a); !slices.Equal(ids, []string{"m0", "m1", "a3"}) {
+		t.Fatalf("a stored %v", ids)
 	}
 }

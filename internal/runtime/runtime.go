@@ -168,6 +168,7 @@ type commitReq struct {
 	recs   []session.Record
 	events []LifecycleEvent
 	closes bool // the records end an OPEN session (per-initiator count)
+	doomed bool // committer only: left out of the append (see commitLoop)
 	done   chan error
 }
 
@@ -204,7 +205,8 @@ func (r *Runtime) Start(ctx context.Context) error {
 }
 
 // Close stops the loops after the append in progress finishes; requests
-// still queued are answered with an error. It does not close the store.
+// still queued are then answered with an error (the committer may first
+// write some of them). It does not close the store.
 func (r *Runtime) Close() {
 	r.enqMu.Lock()
 	already := r.closing.Swap(true)
@@ -313,7 +315,13 @@ func (r *Runtime) commitLoop() {
 		}
 		recs = recs[:0]
 		for _, req := range batch {
-			recs = append(recs, req.recs...)
+			// Records decided on top of a record that failed to append are
+			// doomed (the store would refuse them): leave them out, so they
+			// do not fail the other sessions' records of this batch.
+			req.doomed = len(req.recs) > 0 && req.o.broken.Load() == req.epoch+1
+			if !req.doomed {
+				recs = append(recs, req.recs...)
+			}
 		}
 		var err error
 		if len(recs) > 0 {
@@ -330,6 +338,9 @@ func (r *Runtime) commitLoop() {
 				if req.o.broken.Load() == req.epoch+1 {
 					rerr = errLost
 				}
+				req.o.answered(0)
+			case req.doomed:
+				rerr = errLost
 				req.o.answered(0)
 			case err != nil:
 				req.o.broken.CompareAndSwap(0, req.epoch+1)
