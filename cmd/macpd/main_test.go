@@ -269,7 +269,6 @@ func TestSignalShutdownWithOpenWatcher(t *testing.T) {
 	// Remove once internal/app's App.Shutdown calls Service.Drain before
 	// GracefulStop (3 lines: keep svc in App, call a.svc.Drain() after
 	// a.health.Shutdown()); until then this takes the full grace period.
-	t.Skip("waits for internal/app to call server.Service.Drain on shutdown")
 	cmd, out, addr, exited := startMacpd(t, "MACP_SHUTDOWN_GRACE_MS=30000")
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -42,6 +42,7 @@ type App struct {
 	log    *slog.Logger
 	store  store.Store
 	rt     *runtime.Runtime
+	svc    *server.Service
 	grpc   *grpc.Server
 	health *health.Server
 	lis    net.Listener
@@ -127,12 +128,18 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 		}
 		opts = append(opts, grpc.Creds(creds))
 	}
+	a.svc = svc
 	a.grpc, a.health = svc.NewGRPCServer(opts...)
 	return a, nil
 }
 
 // endpointURI is the advertised gRPC endpoint (manifest transport_endpoints).
+// It is omitted when the bind address names no concrete host and port.
 func endpointURI(cfg config.Config) string {
+	host, port, err := net.SplitHostPort(cfg.BindAddr)
+	if ip := net.ParseIP(host); err != nil || port == "0" || host == "" || (ip != nil && ip.IsUnspecified()) {
+		return ""
+	}
 	scheme := "grpcs://"
 	if cfg.TLSCertPath == "" {
 		scheme = "grpc://"
@@ -176,6 +183,8 @@ func (a *App) Shutdown(ctx context.Context) error {
 	var err error
 	a.once.Do(func() {
 		a.health.Shutdown()
+		// End watch streams so GracefulStop only waits for unary calls.
+		a.svc.Drain()
 		stopped := make(chan struct{})
 		go func() { a.grpc.GracefulStop(); close(stopped) }()
 		select {
