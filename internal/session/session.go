@@ -84,7 +84,7 @@ func Start(env *macpv1.Envelope, nowMs int64, deps Deps) (*Session, Record, erro
 	}
 	info := &StartInfo{Policy: pd, DeadlineMs: deadline}
 	bound := boundEnvelope(env)
-	rec := Record{SessionID: env.SessionId, Seq: 1, Kind: KindStart, AcceptedAtMs: nowMs, Envelope: bound, Start: info}
+	rec := Record{SessionID: env.SessionId, Seq: 1, Kind: KindStart, AcceptedAtMs: nowMs, Envelope: bound, Start: info, Status: Open}
 	s, err := restore(rec, p, m)
 	if err != nil {
 		return nil, Record{}, err
@@ -372,7 +372,10 @@ func (s *Session) Step(env *macpv1.Envelope, nowMs int64, lim Limits) Outcome {
 		s.Status = Resolved
 		s.ClosedAtMs = nowMs
 	}
-	rec := Record{SessionID: s.ID, Seq: s.Seq, Kind: KindMessage, AcceptedAtMs: nowMs, Envelope: boundEnvelope(env)}
+	rec := Record{SessionID: s.ID, Seq: s.Seq, Kind: KindMessage, AcceptedAtMs: nowMs, Envelope: boundEnvelope(env), Status: s.Status}
+	if resolved {
+		rec.Final = s.Metadata()
+	}
 	return Outcome{Records: []Record{rec}, Resolved: resolved}
 }
 
@@ -467,7 +470,7 @@ func (s *Session) applyCancel(env *macpv1.Envelope, nowMs int64) Outcome {
 	s.Status = Expired
 	s.ClosedAtMs = nowMs
 	s.Cancellation = &p
-	return Outcome{Records: []Record{{SessionID: s.ID, Seq: s.Seq, Kind: KindCancel, AcceptedAtMs: nowMs, Envelope: env}}}
+	return Outcome{Records: []Record{{SessionID: s.ID, Seq: s.Seq, Kind: KindCancel, AcceptedAtMs: nowMs, Envelope: env, Status: Expired, Final: s.Metadata()}}}
 }
 
 // ExpireIfDue expires an OPEN session whose deadline has passed and returns
@@ -483,7 +486,7 @@ func (s *Session) expire(nowMs int64) Record {
 	s.Seq++
 	s.Status = Expired
 	s.ClosedAtMs = nowMs
-	return Record{SessionID: s.ID, Seq: s.Seq, Kind: KindExpire, AcceptedAtMs: nowMs}
+	return Record{SessionID: s.ID, Seq: s.Seq, Kind: KindExpire, AcceptedAtMs: nowMs, Status: Expired, Final: s.Metadata()}
 }
 
 // Apply replays one stored record (sequence Seq+1) into the session,
@@ -529,6 +532,9 @@ func (s *Session) Apply(rec Record, lim Limits) error {
 		}
 	default:
 		return coord.Errorf(coord.CodeInternalError, "unexpected %s record at %d", rec.Kind, rec.Seq)
+	}
+	if rec.Status != 0 && rec.Status != s.Status {
+		return diverged(rec, "the record says the session became %s, replay says %s", rec.Status, s.Status)
 	}
 	return nil
 }

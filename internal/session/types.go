@@ -80,6 +80,17 @@ type Record struct {
 	Envelope *macpv1.Envelope
 	// Start holds what replay needs beyond the envelope; only KindStart.
 	Start *StartInfo
+	// Status is the session's lifecycle state after this record.
+	Status Status
+	// Final is the session's metadata after this record when the record
+	// made the session terminal (nil otherwise). It is derived data — replay
+	// recomputes it — kept so a store can list terminal sessions without
+	// replaying them.
+	Final *macpv1.SessionMetadata
+	// Hash and PrevHash are the integrity chain (RFC-MACP-0003 §6): set by
+	// the store when the record is appended and returned by Read; the core
+	// neither sets nor reads them.
+	Hash, PrevHash []byte
 }
 
 // StartInfo is the part of a session's binding that cannot be recomputed
