@@ -5,6 +5,11 @@ package gen_test
 //   - proto/**.proto, compiled in-process with protocompile,
 //   - the descriptors embedded in the committed generated code under gen/,
 //   - optionally, the MACP spec's own .proto files (MACP_SPEC_PROTO_DIR).
+//
+// proto/ holds two trees: macp/ (the protocol, wire-identical to the spec)
+// and macpd/ (macpd's internal formats, e.g. the store's records). The
+// source/generated drift check covers both; the spec-identity checks
+// (TestMatchesSpecProtos, TestWireIdentity) cover macp/ only.
 
 import (
 	"context"
@@ -32,6 +37,7 @@ import (
 	quorumv1 "github.com/macpd/macpd/gen/macp/modes/quorum/v1"
 	taskv1 "github.com/macpd/macpd/gen/macp/modes/task/v1"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	storev1 "github.com/macpd/macpd/gen/macpd/store/v1"
 )
 
 // protoDir holds our .proto sources, relative to this package directory.
@@ -43,9 +49,20 @@ const specEnv = "MACP_SPEC_PROTO_DIR"
 // macpPrefix selects the MACP files among everything a compile or the registry holds.
 const macpPrefix = "macp/"
 
+// internalPrefix selects macpd's internal formats (not part of the spec).
+const internalPrefix = "macpd/"
+
+// ourPrefixes are every tree of proto/ that gen/ is generated from.
+var ourPrefixes = []string{macpPrefix, internalPrefix}
+
+func hasAnyPrefix(s string, prefixes []string) bool {
+	return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(s, p) })
+}
+
 // compileDir compiles every .proto file under dir (import paths relative to
-// dir) and returns the normalised descriptors of the files under macp/, by path.
-func compileDir(t *testing.T, dir string) map[string]*descriptorpb.FileDescriptorProto {
+// dir) whose path starts with one of prefixes, and returns the normalised
+// descriptors of those files, by path.
+func compileDir(t *testing.T, dir string, prefixes ...string) map[string]*descriptorpb.FileDescriptorProto {
 	t.Helper()
 	var names []string
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
@@ -56,7 +73,7 @@ func compileDir(t *testing.T, dir string) map[string]*descriptorpb.FileDescripto
 		if err != nil {
 			return err
 		}
-		if rel = filepath.ToSlash(rel); strings.HasPrefix(rel, macpPrefix) {
+		if rel = filepath.ToSlash(rel); hasAnyPrefix(rel, prefixes) {
 			names = append(names, rel)
 		}
 		return nil
@@ -65,7 +82,7 @@ func compileDir(t *testing.T, dir string) map[string]*descriptorpb.FileDescripto
 		t.Fatalf("walking %s: %v", dir, err)
 	}
 	if len(names) == 0 {
-		t.Fatalf("no .proto files under %s/%s", dir, macpPrefix)
+		t.Fatalf("no .proto files under %s/%v", dir, prefixes)
 	}
 	sort.Strings(names)
 	c := protocompile.Compiler{
@@ -78,24 +95,28 @@ func compileDir(t *testing.T, dir string) map[string]*descriptorpb.FileDescripto
 	}
 	out := make(map[string]*descriptorpb.FileDescriptorProto, len(files))
 	for _, f := range files {
-		out[f.Path()] = normalize(protodesc.ToFileDescriptorProto(f))
+		if hasAnyPrefix(f.Path(), prefixes) {
+			out[f.Path()] = normalize(protodesc.ToFileDescriptorProto(f))
+		}
 	}
 	return out
 }
 
 // registeredFiles returns the normalised descriptors that the generated Go
-// packages registered in protoregistry.GlobalFiles, by path.
-func registeredFiles(t *testing.T) map[string]*descriptorpb.FileDescriptorProto {
+// packages registered in protoregistry.GlobalFiles under prefixes, by path.
+func registeredFiles(t *testing.T, prefixes ...string) map[string]*descriptorpb.FileDescriptorProto {
 	t.Helper()
 	out := map[string]*descriptorpb.FileDescriptorProto{}
 	protoregistry.GlobalFiles.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
-		if strings.HasPrefix(fd.Path(), macpPrefix) {
+		if hasAnyPrefix(fd.Path(), prefixes) {
 			out[fd.Path()] = normalize(protodesc.ToFileDescriptorProto(fd))
 		}
 		return true
 	})
-	if len(out) == 0 {
-		t.Fatal("no macp/ files registered by the generated packages")
+	for _, p := range prefixes {
+		if !slices.ContainsFunc(sortedKeys(out), func(k string) bool { return strings.HasPrefix(k, p) }) {
+			t.Fatalf("no %s files registered by the generated packages", p)
+		}
 	}
 	return out
 }
@@ -117,8 +138,8 @@ func normalize(fdp *descriptorpb.FileDescriptorProto) *descriptorpb.FileDescript
 // TestGeneratedCodeMatchesProtoSources fails when proto/ was edited without
 // running `make generate`, or the generated code was edited by hand.
 func TestGeneratedCodeMatchesProtoSources(t *testing.T) {
-	src := compileDir(t, protoDir)
-	gen := registeredFiles(t)
+	src := compileDir(t, protoDir, ourPrefixes...)
+	gen := registeredFiles(t, ourPrefixes...)
 	for _, p := range sortedKeys(src) {
 		if _, ok := gen[p]; !ok {
 			t.Errorf("%s: no generated Go code registers this file (run `make generate` and import its package in drift_test.go)", p)
@@ -160,7 +181,7 @@ func TestProtoSourcesHaveNoFileOptions(t *testing.T) {
 			}
 		}
 	}
-	for p, f := range compileDir(t, protoDir) {
+	for p, f := range compileDir(t, protoDir, ourPrefixes...) {
 		if f.Options != nil {
 			t.Errorf("%s: compiled descriptor has file options: %v", p, f.Options)
 		}
@@ -184,6 +205,8 @@ func TestGoPackages(t *testing.T) {
 		{taskv1.TaskRequestPayload{}, base + "modes/task/v1", taskv1.File_macp_modes_task_v1_task_proto, "macp/modes/task/v1/task.proto"},
 		{handoffv1.HandoffOfferPayload{}, base + "modes/handoff/v1", handoffv1.File_macp_modes_handoff_v1_handoff_proto, "macp/modes/handoff/v1/handoff.proto"},
 		{quorumv1.ApprovalRequestPayload{}, base + "modes/quorum/v1", quorumv1.File_macp_modes_quorum_v1_quorum_proto, "macp/modes/quorum/v1/quorum.proto"},
+		// macpd's internal formats.
+		{storev1.Record{}, "github.com/macpd/macpd/gen/macpd/store/v1", storev1.File_macpd_store_v1_record_proto, "macpd/store/v1/record.proto"},
 	} {
 		if got := reflect.TypeOf(tc.v).PkgPath(); got != tc.pkgPath {
 			t.Errorf("%T: Go import path %q, want %q", tc.v, got, tc.pkgPath)
@@ -411,8 +434,8 @@ func TestMatchesSpecProtos(t *testing.T) {
 	if dir == "" {
 		t.Skip(specEnv + " is not set; set it to the spec's schemas/proto directory to compare our .proto files with the spec")
 	}
-	spec := compileDir(t, dir)
-	ours := compileDir(t, protoDir)
+	spec := compileDir(t, dir, macpPrefix)
+	ours := compileDir(t, protoDir, macpPrefix)
 	for _, p := range sortedKeys(spec) {
 		o, ok := ours[p]
 		if !ok {

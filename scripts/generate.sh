@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Regenerates the Go code in gen/ from the MACP .proto sources in proto/.
+# Regenerates the Go code in gen/ from the .proto sources in proto/: the MACP
+# protocol (proto/macp -> gen/macp) and macpd's internal formats
+# (proto/macpd -> gen/macpd, e.g. the store's record format).
 #
 # Usage:
-#   scripts/generate.sh            regenerate gen/macp in place (idempotent)
-#   scripts/generate.sh --check    generate into a temp dir and diff against gen/macp;
-#                                  exits non-zero if the committed code has drifted
+#   scripts/generate.sh            regenerate gen/macp and gen/macpd in place (idempotent)
+#   scripts/generate.sh --check    generate into a temp dir and diff against gen/macp and
+#                                  gen/macpd; exits non-zero if the committed code has drifted
 #
 # Tools (pinned):
 #   protoc              PROTOC_VERSION below; Debian: apt-get install -y protobuf-compiler
@@ -61,15 +63,17 @@ install_plugin protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc 
   "$PROTOC_GEN_GO_GRPC_VERSION" "protoc-gen-go-grpc ${PROTOC_GEN_GO_GRPC_VERSION#v}"
 
 # --- generation ---------------------------------------------------------------
-# The .proto files carry no go_package option (they must stay descriptor-identical
-# to the spec), so each file is mapped to its Go package with M flags.
+# The .proto files carry no go_package option (the MACP ones must stay
+# descriptor-identical to the spec; ours follow suit), so each file is mapped to
+# its Go package with M flags.
+trees=(macp macpd)
 protos=()
-while IFS= read -r f; do protos+=("$f"); done < <(cd proto && find macp -name '*.proto' | LC_ALL=C sort)
+while IFS= read -r f; do protos+=("$f"); done < <(cd proto && find "${trees[@]}" -name '*.proto' | LC_ALL=C sort)
 
 mflags=()
 for f in "${protos[@]}"; do
   dir="$(dirname "$f")"                       # e.g. macp/modes/decision/v1
-  parent="$(basename "$(dirname "$dir")")"    # macp -> macpv1, decision -> decisionv1
+  parent="$(basename "$(dirname "$dir")")"    # macp -> macpv1, decision -> decisionv1, store -> storev1
   mflags+=("M${f}=${GO_MODULE}/gen/${dir};${parent}$(basename "$dir")")
 done
 
@@ -91,7 +95,11 @@ done
   "${protos[@]}"
 
 if [[ "$mode" == "check" ]]; then
-  if ! diff -ru gen/macp "$out/macp"; then
+  drift=0
+  for t in "${trees[@]}"; do
+    diff -ru "gen/$t" "$out/$t" || drift=1
+  done
+  if [[ $drift -ne 0 ]]; then
     echo "generate: gen/ is out of date with proto/; run 'make generate' and commit the result" >&2
     exit 1
   fi
@@ -99,8 +107,10 @@ if [[ "$mode" == "check" ]]; then
   exit 0
 fi
 
-# Replace only the generated tree so hand-written files in gen/ (drift_test.go) survive.
-rm -rf gen/macp
+# Replace only the generated trees so hand-written files in gen/ (drift_test.go) survive.
 mkdir -p gen
-cp -R "$out/macp" gen/macp
-echo "generate: wrote $(find gen/macp -name '*.go' | wc -l | tr -d ' ') files under gen/macp"
+for t in "${trees[@]}"; do
+  rm -rf "gen/$t"
+  cp -R "$out/$t" "gen/$t"
+  echo "generate: wrote $(find "gen/$t" -name '*.go' | wc -l | tr -d ' ') files under gen/$t"
+done
