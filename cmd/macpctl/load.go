@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/loadgen"
+)
+
+func init() {
+	// Init functions run in file name order, after cli.go's (which sets
+	// the list), so check-acked is registered here too.
+	commands = append(commands, command{
+		"load", "--sessions S --messages M --concurrency C [--senders N] [--acked-log FILE] [--json] [flags]",
+		"drive sessions (Decision by default) and report throughput and latency percentiles",
+		(*cli).load,
+	}, checkAckedCommand)
+}
+
+// load runs the load generator (internal/loadgen). Send failures are
+// counted, never fatal: the exit status is 0 unless the command line is
+// wrong or the connection cannot be set up.
+func (c *cli) load(args []string) error {
+	sessions := c.fs.Int("sessions", 100, "number of sessions (0 with --duration: as many as fit)")
+	messages := c.fs.Int("messages", 20, "messages per session after the SessionStart")
+	concurrency := c.fs.Int("concurrency", 16, "sessions driven at once")
+	senders := c.fs.Int("senders", 1, "concurrent senders per session (participants p1..pN)")
+	mode := c.fs.String("mode", "decision", "mode: decision, proposal, multi_round or a mode id")
+	modeVersion := c.fs.String("mode-version", "", "mode version to bind (default: the runtime's)")
+	commit := c.fs.Bool("commit", false, "end each session with a Commitment (decision only)")
+	ttl := c.fs.Duration("ttl", 10*time.Minute, "session time to live")
+	duration := c.fs.Duration("duration", 0, "stop starting Sends after this long (0: when every session is done)")
+	ackedLog := c.fs.String("acked-log", "", "write \"session_id<TAB>message_id<TAB>stream<TAB>type\" per acknowledged envelope to FILE")
+	jsonOut := c.fs.Bool("json", false, "also print every figure as one JSON line")
+	transport := c.fs.String("transport", "macp", "macp, or echo to drive cmd/echo-bench with the same client path")
+	conns := c.fs.Int("conns", 1, "gRPC connections to spread sessions over")
+	initiator := c.fs.String("initiator", loadgen.DefaultInitiator, "dev identity that starts and commits sessions")
+	pad := c.fs.Int("pad", 0, "extra payload bytes per mode message")
+	giveUp := c.fs.Duration("give-up", 2*time.Second, "end the run when Sends fail and none was answered for this long (negative: never)")
+	if _, err := c.parse(args, 0); err != nil {
+		return err
+	}
+	if c.set("duration") && !c.set("sessions") {
+		*sessions = 0
+	}
+	switch {
+	case *sessions < 0 || *messages < 0 || *pad < 0:
+		return usagef("--sessions, --messages and --pad must not be negative")
+	case *sessions == 0 && *duration <= 0:
+		return usagef("--sessions 0 needs a --duration")
+	case *concurrency < 1 || *senders < 1 || *conns < 1:
+		return usagef("--concurrency, --senders and --conns must be at least 1")
+	case *ttl <= 0:
+		return usagef("--ttl must be positive")
+	case *transport != string(loadgen.TransportMACP) && *transport != string(loadgen.TransportEcho):
+		return usagef("--transport is macp or echo, not %q", *transport)
+	}
+	modeID, ok := loadgen.ResolveMode(*mode)
+	if !ok {
+		return usagef("no message pattern for mode %q (known: %s)", *mode, strings.Join(loadgen.Modes(), ", "))
+	}
+	if *commit && modeID != loadgen.ModeDecision {
+		return usagef("--commit is only supported with the decision mode")
+	}
+	// Each call carries its sender's identity, not the connection's.
+	c.anonymous = true
+	probe, err := c.dial() // surface flag mistakes before the run
+	if err != nil {
+		return err
+	}
+	probe.Close()
+	cfg := loadgen.Config{
+		Addr:        c.conn.addr,
+		Conns:       *conns,
+		Transport:   loadgen.Transport(*transport),
+		Mode:        modeID,
+		ModeVersion: *modeVersion,
+		Sessions:    *sessions, Messages: *messages, Concurrency: *concurrency, SendersPerSession: *senders,
+		Commit: *commit, TTL: *ttl, Duration: *duration, CallTimeout: c.conn.timeout,
+		Initiator: *initiator, Pad: *pad, GiveUpAfter: *giveUp,
+		Dial: func(context.Context) (macpv1.MACPRuntimeServiceClient, io.Closer, error) {
+			cl, err := c.dial()
+			if err != nil {
+				return nil, nil, err
+			}
+			return cl.RPC(), cl, nil
+		},
+	}
+	var logFile *os.File
+	if *ackedLog != "" {
+		f, err := os.OpenFile(*ackedLog, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return usagef("--acked-log: %v", err)
+		}
+		logFile = f
+		cfg.AckedLog = f
+	}
+	res, err := loadgen.Run(c.ctx, cfg)
+	if logFile != nil {
+		if cerr := logFile.Close(); cerr != nil && err == nil && res != nil && res.AckedLogError == "" {
+			res.AckedLogError = cerr.Error()
+		}
+	}
+	if err != nil {
+		return err
+	}
+	printLoad(c.stdout, c.conn.addr, res)
+	if *jsonOut {
+		b, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.stdout, "%s\n", b)
+	}
+	if res.AckedLogError != "" {
+		fmt.Fprintf(c.stderr, "macpctl load: acked log: %s\n", res.AckedLogError)
+	}
+	return nil
+}
+
+func printLoad(w io.Writer, addr string, r *loadgen.Result) {
+	planned := fmt.Sprint(r.SessionsPlanned)
+	if r.SessionsPlanned == 0 {
+		planned = "unbounded"
+	}
+	fmt.Fprintf(w, "load: %s %s via %s at %s\n", r.Mode, r.ModeVersion, r.Transport, addr)
+	fmt.Fprintf(w, "sessions: %s planned, %d started, %d failed to start, %d abandoned, %d committed; %d messages each, concurrency %d, %d sender(s) per session\n",
+		planned, r.SessionsStarted, r.SessionsFailed, r.SessionsAbandoned, r.SessionsCommitted, r.Messages, r.Concurrency, r.Senders)
+	fmt.Fprintf(w, "sends: %d: %d acked (%d duplicate), %d rejected, %d errors\n", r.Sends, r.Acked, r.Duplicates, r.Rejected, r.Errors)
+	fmt.Fprintf(w, "throughput: %.1f acked/s over %.3fs\n", r.Throughput, r.ElapsedSec)
+	l := r.Latency
+	fmt.Fprintf(w, "latency ms (%d answered sends): mean %.3f  p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f\n",
+		l.Count, l.MeanMs, l.P50Ms, l.P90Ms, l.P99Ms, l.P999Ms, l.MaxMs)
+	counts := func(label string, m map[string]int64, first string) {
+		if len(m) == 0 {
+			return
+		}
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+		}
+		fmt.Fprintf(w, "%s: %s (first: %s)\n", label, strings.Join(parts, ", "), first)
+	}
+	counts("rejected", r.RejectedByCode, r.FirstRejection)
+	counts("errors", r.ErrorsByCode, r.FirstError)
+	if r.GaveUp {
+		fmt.Fprintln(w, "stopped early: Sends were failing and none was answered within --give-up")
+	}
+}

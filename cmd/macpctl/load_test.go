@@ -1,0 +1,94 @@
+package main
+
+import (
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/macpd/macpd/internal/loadgen"
+)
+
+func TestLoad(t *testing.T) {
+	a := startApp(t)
+	r := runner{t: t}
+	log := filepath.Join(t.TempDir(), "acked.log")
+	res := r.ok("load", "--addr", a.Addr(), "--insecure", "--sessions", "4", "--messages", "6", "--concurrency", "2",
+		"--commit", "--acked-log", log, "--json")
+	lines := res.lines()
+	var got loadgen.Result
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &got); err != nil {
+		t.Fatalf("last line is not the JSON result: %v\n%s", err, res.out)
+	}
+	if got.Acked != 4*8 || got.Errors != 0 || got.Rejected != 0 || got.SessionsCommitted != 4 || got.Latency.P99Ms <= 0 {
+		t.Fatalf("%s", res.out)
+	}
+	for _, want := range []string{"throughput:", "latency ms (32 answered sends)", "sends: 32: 32 acked (0 duplicate), 0 rejected, 0 errors"} {
+		if !strings.Contains(res.out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, res.out)
+		}
+	}
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n != 32 {
+		t.Fatalf("acked log: %d lines, want 32", n)
+	}
+
+	// One session, concurrent senders.
+	res = r.ok("load", "--addr", a.Addr(), "--insecure", "--sessions", "1", "--messages", "40", "--senders", "4", "--json")
+	lines = res.lines()
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &got); err != nil || got.Acked != 41 || got.Senders != 4 {
+		t.Fatalf("%v\n%s", err, res.out)
+	}
+}
+
+func TestLoadEcho(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := loadgen.NewEchoServer()
+	go g.Serve(lis)
+	defer g.Stop()
+	res := runner{t: t}.ok("load", "--addr", lis.Addr().String(), "--insecure", "--transport", "echo", "--sessions", "3", "--messages", "5")
+	if !strings.Contains(res.out, "18 acked") || !strings.Contains(res.out, "via echo") {
+		t.Fatalf("%s", res.out)
+	}
+}
+
+// Send failures are counted, not fatal: nothing listens at the address.
+func TestLoadUnreachable(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	res := runner{t: t}.ok("load", "--addr", addr, "--insecure", "--sessions", "3", "--messages", "2", "--give-up", "100ms", "--timeout", "1s", "--mode-version", "1.0.0")
+	if !strings.Contains(res.out, "errors: UNAVAILABLE") {
+		t.Fatalf("%s", res.out)
+	}
+}
+
+func TestLoadUsage(t *testing.T) {
+	r := runner{t: t}
+	for _, args := range [][]string{
+		{"--concurrency", "0"},
+		{"--senders", "0"},
+		{"--sessions", "0"},
+		{"--transport", "carrier-pigeon"},
+		{"--mode", "macp.mode.task.v1"},
+		{"--mode", "proposal", "--commit"},
+		{"--acked-log", "/nonexistent/dir/log"},
+		{"extra"},
+	} {
+		res := r.run(append([]string{"load", "--insecure"}, args...)...)
+		if res.code != exitUsage {
+			t.Errorf("load %v: exit %d, want %d\n%s", args, res.code, exitUsage, res.errOut)
+		}
+	}
+}
