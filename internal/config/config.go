@@ -43,6 +43,9 @@ type Config struct {
 	LogLevel, LogFormat string
 	// ShutdownGrace bounds graceful shutdown (MACP_SHUTDOWN_GRACE_MS).
 	ShutdownGrace time.Duration
+	// Auth holds the authentication settings (static tokens, JWT, client
+	// certificates) and the plaintext / dev-identity switches (auth.go).
+	Auth AuthConfig
 }
 
 // Default returns the documented defaults.
@@ -103,10 +106,12 @@ func (c *Config) Validate() error {
 	default:
 		bad("MACP_LOG_FORMAT (--log-format) %q: use text or json", c.LogFormat)
 	}
-	if c.TLSCertPath == "" && !c.AllowInsecure {
+	if c.TLSCertPath == "" && !c.PlaintextAllowed() {
 		errs = append(errs, errors.New("no transport security configured: set MACP_TLS_CERT_PATH and MACP_TLS_KEY_PATH, "+
-			"or for local development set MACP_ALLOW_INSECURE=1 (or --insecure) to serve plaintext with dev bearer identities"))
+			"or for local development set MACP_ALLOW_PLAINTEXT=1 (--allow-plaintext) to serve plaintext, "+
+			"or MACP_ALLOW_INSECURE=1 (--insecure) to serve plaintext with dev bearer identities"))
 	}
+	errs = append(errs, c.validateAuth()...)
 	return errors.Join(errs...)
 }
 
@@ -179,6 +184,7 @@ func (c *Config) FromEnv(lookup Env) error {
 	str("MACP_LOG_LEVEL", &c.LogLevel)
 	str("MACP_LOG_FORMAT", &c.LogFormat)
 	millis("MACP_SHUTDOWN_GRACE_MS", &c.ShutdownGrace)
+	errs = append(errs, c.authFromEnv(lookup)...)
 	return errors.Join(errs...)
 }
 
@@ -209,4 +215,5 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error (MACP_LOG_LEVEL)")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json (MACP_LOG_FORMAT)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "graceful shutdown timeout (MACP_SHUTDOWN_GRACE_MS)")
+	c.registerAuthFlags(fs)
 }
