@@ -1,0 +1,19 @@
+package main
+
+import (
+	"os"
+	"syscall"
+)
+
+// fdatasync flushes the file's data and size, not its other metadata.
+func fdatasync(f *os.File) error {
+	for {
+		err := syscall.Fdatasync(int(f.Fd()))
+		if err != syscall.EINTR {
+			if err != nil {
+				return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
+			}
+			return nil
+		}
+	}
+}

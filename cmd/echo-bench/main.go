@@ -1,0 +1,58 @@
+// Command echo-bench is the transport ceiling for MACP Send benchmarks: a
+// plain gRPC server whose macp.v1.MACPRuntimeService Send answers every
+// envelope at once with an ok Ack (no authentication, validation or
+// storage; every other RPC is unimplemented). Drive it with
+// "macpctl load --transport echo --insecure --addr ADDR".
+//
+// It prints "echo-bench listening on ADDR" once serving (use --addr
+// 127.0.0.1:0 for a free port) and stops on SIGINT or SIGTERM.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/macpd/macpd/internal/loadgen"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "echo-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("echo-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:0", "listen address")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	lis, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	g := loadgen.NewEchoServer()
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(lis) }()
+	fmt.Fprintf(stdout, "echo-bench listening on %s\n", lis.Addr())
+	select {
+	case <-ctx.Done():
+		g.Stop()
+		return nil
+	case err := <-served:
+		return err
+	}
+}
