@@ -4,6 +4,7 @@ go 1.25.0
 
 require (
 	github.com/bufbuild/protocompile v0.14.1
+	github.com/golang-jwt/jwt/v5 v5.3.1
 	google.golang.org/grpc v1.84.0
 	google.golang.org/protobuf v1.36.12
 )
