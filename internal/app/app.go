@@ -14,7 +14,6 @@ import (
 
 	"github.com/macpd/macpd/internal/auth"
 	"github.com/macpd/macpd/internal/config"
-	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/decision"
 	"github.com/macpd/macpd/internal/mode/handoff"
@@ -28,8 +27,8 @@ import (
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/internal/store/memstore"
+	"github.com/macpd/macpd/internal/tlsconf"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 )
 
@@ -98,11 +97,11 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 		MaxOpenSessionsPerInitiator: cfg.MaxOpenSessions,
 		Logger:                      log,
 	})
-	var authn auth.Chain
-	if cfg.AllowInsecure {
-		// Dev identities may manage the mode registry (issue #3: "dev mode:
-		// allowed").
-		authn = append(authn, auth.Dev{Caps: coord.Capabilities{CanManageModeRegistry: true}})
+	// Authenticators in chain order (JWT, static tokens, client
+	// certificate, dev identities last); see auth.FromConfig.
+	authn, err := auth.FromConfig(cfg, log)
+	if err != nil {
+		return nil, err
 	}
 	a := &App{cfg: cfg, log: log, store: st, rt: rt, served: make(chan error, 1)}
 	svc := server.New(rt, authn, server.Options{
@@ -122,11 +121,14 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 	})
 	var opts []grpc.ServerOption
 	if cfg.TLSCertPath != "" {
-		creds, err := credentials.NewServerTLSFromFile(cfg.TLSCertPath, cfg.TLSKeyPath)
+		// TLS 1.2+, optional client certificates, reloaded on change.
+		tc, err := tlsconf.FromConfig(cfg, log)
 		if err != nil {
 			return nil, fmt.Errorf("loading TLS certificate: %w", err)
 		}
-		opts = append(opts, grpc.Creds(creds))
+		opts = append(opts, grpc.Creds(tc.Credentials()))
+	} else if !cfg.AllowInsecure { // Start warns about MACP_ALLOW_INSECURE itself
+		log.Warn("plaintext transport (MACP_ALLOW_PLAINTEXT): traffic and bearer tokens are unencrypted; do not use in production")
 	}
 	a.svc = svc
 	a.grpc, a.health = svc.NewGRPCServer(opts...)

@@ -65,6 +65,7 @@ func TestTLS(t *testing.T) {
 	certPath, keyPath, pool := selfSigned(t, t.TempDir())
 	cfg := testConfig()
 	cfg.AllowInsecure = false
+	cfg.Auth.TokensJSON = "[]" // an authenticator that knows no token
 	cfg.TLSCertPath, cfg.TLSKeyPath = certPath, keyPath
 	a, err := app.New(cfg, nil)
 	if err != nil {
@@ -109,6 +110,7 @@ func TestTLS(t *testing.T) {
 func TestTLSBadFiles(t *testing.T) {
 	cfg := testConfig()
 	cfg.AllowInsecure = false
+	cfg.Auth.TokensJSON = "[]" // so the TLS files are what fails
 	cfg.TLSCertPath, cfg.TLSKeyPath = filepath.Join(t.TempDir(), "missing.pem"), filepath.Join(t.TempDir(), "missing.key")
 	if _, err := app.New(cfg, nil); err == nil {
 		t.Fatal("app.New accepted missing TLS files")
