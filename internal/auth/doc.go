@@ -7,4 +7,11 @@
 // authenticator understands, so the next one may try); or an error with
 // code UNAUTHENTICATED (credentials it understands but rejects — the chain
 // stops there).
+//
+// The authenticators are JWT (JWT bearer tokens verified against a JWKS),
+// Tokens (opaque bearer tokens from a static list, also read from
+// x-macp-token), MTLS (the verified TLS client certificate) and Dev (the
+// bearer value or x-macp-agent-id is the agent id; development only).
+// FromConfig builds the chain from the configuration in that order, Dev
+// last; docs/security.md describes the settings and the order.
 package auth
