@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/session"
 )
 
@@ -15,26 +16,124 @@ var (
 	ErrClosed = errors.New("store: closed")
 	// ErrNotFound: no history for that session.
 	ErrNotFound = errors.New("store: session not found")
+	// ErrCorrupt marks every integrity failure: a stored record or index
+	// entry that does not decode, whose self hash does not match, or that
+	// does not chain to its predecessor. The error names the session (and
+	// the record, when one is at fault); errors.Is(err, ErrCorrupt).
+	// Corruption is confined to the session it is found in: other sessions
+	// stay readable, and the session is reported as quarantined
+	// (SessionInfo.Quarantined).
+	ErrCorrupt = errors.New("store: corrupt history")
+	// ErrNotTerminal: Purge of a session that has not ended.
+	ErrNotTerminal = errors.New("store: session is not terminal")
+	// ErrInvalid: an argument the store cannot represent (an empty session
+	// id, or one with a NUL byte; an empty meta key).
+	ErrInvalid = errors.New("store: invalid argument")
+	// ErrFailed: an earlier write failed with an unknown outcome (for
+	// example a failed fsync: the data may or may not be on disk). The
+	// store fails closed: every later call but Close returns an error
+	// wrapping ErrFailed, and the process must restart, so that recovery
+	// decides from what is actually on disk. It is never retried in place.
+	ErrFailed = errors.New("store: failed, restart required")
 )
 
+// ZeroHash is the PrevHash of every session's first record.
+var ZeroHash = make([]byte, 32)
+
+// SessionInfo summarizes one stored session without reading its history.
+type SessionInfo struct {
+	SessionID string
+	// LastSeq is the Seq of the session's last record.
+	LastSeq uint64
+	// Status is the Status of the last record.
+	Status session.Status
+	// LastAcceptedMs is the AcceptedAtMs of the last record.
+	LastAcceptedMs int64
+	// LastHash is the Hash of the last record: for a terminal session, the
+	// final session hash (RFC-MACP-0003 §6).
+	LastHash []byte
+	// Final is the Final metadata of the terminal record (nil while OPEN).
+	Final *macpv1.SessionMetadata
+	// Quarantined, when non-empty, says why the session's history failed
+	// verification; the other fields are then what could still be read
+	// (possibly zero).
+	Quarantined string
+}
+
 // Store is the durable history of all sessions.
+//
+// Integrity chain (RFC-MACP-0003 §6): Append sets each record's PrevHash
+// to the Hash of the session's previous record (ZeroHash for Seq 1) and
+// its Hash to SHA-256(PrevHash || canonical bytes of the record without
+// Hash and PrevHash), computed by package record; the caller's Hash and
+// PrevHash are ignored. Read returns records with both set and checks the
+// chain as it goes.
 type Store interface {
-	// Append makes recs durable, atomically. recs may mix sessions; the
-	// records of each session must be in Seq order and continue that
-	// session's stored history (the first record of a new session has Seq
-	// 1), else ErrConflict and nothing is written. When Append returns nil
-	// every record survives a crash. The store keeps the records; callers
-	// must not modify them afterwards.
+	// Append makes recs durable, atomically, with one sync. recs may mix
+	// sessions; the records of each session must be in Seq order and
+	// continue that session's stored history (the first record of a new
+	// session has Seq 1), else ErrConflict and nothing is written. An
+	// invalid session id is ErrInvalid; a quarantined session ErrCorrupt.
+	// When Append returns nil every record survives a crash; when it
+	// returns an error the records were not acknowledged (after ErrFailed
+	// they may still turn up after a restart). The store keeps the records;
+	// callers must not modify them afterwards.
 	Append(ctx context.Context, recs []session.Record) error
 	// Read calls fn for each record of the session with Seq >= from, in
-	// order, until fn returns an error (which Read returns). Unknown
-	// session: ErrNotFound. Records passed to fn must not be modified.
+	// order, until fn returns an error (which Read returns). Records come
+	// with Hash and PrevHash set and chain-checked: a record that fails the
+	// check is ErrCorrupt (naming the session and seq) after fn has seen
+	// the records before it. Unknown session: ErrNotFound. Records passed
+	// to fn must not be modified.
 	Read(ctx context.Context, sessionID string, from uint64, fn func(session.Record) error) error
 	// LastSeq returns the Seq of the session's last record, or ErrNotFound.
 	LastSeq(ctx context.Context, sessionID string) (uint64, error)
+	// Info summarizes a session, or ErrNotFound. A session whose summary
+	// or last record fails the integrity check, or whose history failed it
+	// earlier (a Read that returned ErrCorrupt), comes back with
+	// Quarantined set and a nil error: it is queryable as quarantined.
+	Info(ctx context.Context, sessionID string) (SessionInfo, error)
+	// List calls fn for every stored session in id order, until fn returns
+	// an error (which List returns). A session whose summary fails the
+	// integrity check is listed with Quarantined set rather than failing
+	// the listing.
+	List(ctx context.Context, fn func(SessionInfo) error) error
+	// Purge deletes a whole session, records and summary, atomically and
+	// durably. Only terminal sessions: an OPEN session is ErrNotTerminal, a
+	// quarantined one ErrCorrupt (its evidence is kept), an unknown one
+	// ErrNotFound.
+	Purge(ctx context.Context, sessionID string) error
+	// PutMeta durably stores val under key (for example durable extension
+	// mode registrations). key must not be empty (ErrInvalid). The store
+	// keeps val; callers must not modify it afterwards.
+	PutMeta(ctx context.Context, key string, val []byte) error
+	// DeleteMeta durably removes key; a missing key is not an error.
+	DeleteMeta(ctx context.Context, key string) error
+	// ListMeta calls fn for every meta key starting with prefix, in key
+	// order, until fn returns an error (which ListMeta returns). fn must
+	// not keep or modify val.
+	ListMeta(ctx context.Context, prefix string, fn func(key string, val []byte) error) error
 	// Sessions calls fn for the id of every stored session, in id order,
 	// until fn returns an error (which Sessions returns).
+	//
+	// Deprecated: use List, which also says which sessions are terminal or
+	// quarantined. Kept until the runtime switches over.
 	Sessions(ctx context.Context, fn func(sessionID string) error) error
 	// Close releases resources. Later calls return ErrClosed.
 	Close() error
+}
+
+// ValidSessionID reports whether a store can hold a session with this id:
+// non-empty and without NUL bytes (ordered stores use NUL as a key
+// separator).
+func ValidSessionID(id string) bool {
+	if id == "" {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] == 0 {
+			return false
+		}
+	}
+	return true
 }

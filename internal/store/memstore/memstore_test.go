@@ -77,6 +77,48 @@ func (h *handle) Sessions(ctx context.Context, fn func(string) error) error {
 	return h.inner.Sessions(ctx, fn)
 }
 
+func (h *handle) Info(ctx context.Context, id string) (store.SessionInfo, error) {
+	if err := h.ok(); err != nil {
+		return store.SessionInfo{}, err
+	}
+	return h.inner.Info(ctx, id)
+}
+
+func (h *handle) List(ctx context.Context, fn func(store.SessionInfo) error) error {
+	if err := h.ok(); err != nil {
+		return err
+	}
+	return h.inner.List(ctx, fn)
+}
+
+func (h *handle) Purge(ctx context.Context, id string) error {
+	if err := h.ok(); err != nil {
+		return err
+	}
+	return h.inner.Purge(ctx, id)
+}
+
+func (h *handle) PutMeta(ctx context.Context, key string, val []byte) error {
+	if err := h.ok(); err != nil {
+		return err
+	}
+	return h.inner.PutMeta(ctx, key, val)
+}
+
+func (h *handle) DeleteMeta(ctx context.Context, key string) error {
+	if err := h.ok(); err != nil {
+		return err
+	}
+	return h.inner.DeleteMeta(ctx, key)
+}
+
+func (h *handle) ListMeta(ctx context.Context, prefix string, fn func(string, []byte) error) error {
+	if err := h.ok(); err != nil {
+		return err
+	}
+	return h.inner.ListMeta(ctx, prefix, fn)
+}
+
 func (h *handle) Close() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()

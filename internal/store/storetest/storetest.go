@@ -39,6 +39,7 @@
 package storetest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -52,6 +53,7 @@ import (
 	"github.com/macpd/macpd/internal/policy"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
+	"github.com/macpd/macpd/internal/store/record"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -158,6 +160,7 @@ func startRec(id string, at int64) session.Record {
 			MacpVersion: "1.0", Mode: "macp.mode.decision.v1", MessageType: "SessionStart", MessageId: "m-start-" + id,
 			SessionId: id, Sender: "initiator", TimestampUnixMs: at - 3, Payload: payload,
 		},
+		Status: session.Open,
 		Start: &session.StartInfo{
 			Policy: policy.Descriptor{
 				ID: "policy.custom", Mode: "macp.mode.decision.v1", Description: "a description\nwith lines",
@@ -176,7 +179,7 @@ func msgRec(id string, seq uint64, at int64) session.Record {
 		p = append(p, byte(i+int(seq)))
 	}
 	return session.Record{
-		SessionID: id, Seq: seq, Kind: session.KindMessage, AcceptedAtMs: at,
+		SessionID: id, Seq: seq, Kind: session.KindMessage, AcceptedAtMs: at, Status: session.Open,
 		Envelope: &macpv1.Envelope{
 			MacpVersion: "1.0", Mode: "macp.mode.decision.v1", MessageType: "Proposal",
 			MessageId: fmt.Sprintf("m-%d", seq), SessionId: id, Sender: "alice", TimestampUnixMs: -1, Payload: p,
@@ -188,6 +191,7 @@ func cancelRec(id string, seq uint64, at int64) session.Record {
 	payload, _ := proto.Marshal(&macpv1.SessionCancelPayload{Reason: "r", CancelledBy: "initiator"})
 	return session.Record{
 		SessionID: id, Seq: seq, Kind: session.KindCancel, AcceptedAtMs: at,
+		Status: session.Expired, Final: finalMD(id, session.Expired, at),
 		Envelope: &macpv1.Envelope{
 			MacpVersion: "1.0", Mode: "macp.mode.decision.v1", MessageType: "SessionCancel",
 			MessageId: fmt.Sprintf("cancel-%d", seq), SessionId: id, Sender: "_runtime", TimestampUnixMs: at, Payload: payload,
@@ -196,11 +200,37 @@ func cancelRec(id string, seq uint64, at int64) session.Record {
 }
 
 func expireRec(id string, seq uint64, at int64) session.Record {
-	return session.Record{SessionID: id, Seq: seq, Kind: session.KindExpire, AcceptedAtMs: at}
+	return session.Record{
+		SessionID: id, Seq: seq, Kind: session.KindExpire, AcceptedAtMs: at,
+		Status: session.Expired, Final: finalMD(id, session.Expired, at),
+	}
+}
+
+// resolveRec is a KindMessage record that resolved the session.
+func resolveRec(id string, seq uint64, at int64) session.Record {
+	r := msgRec(id, seq, at)
+	r.Envelope.MessageType = "Commitment"
+	r.Status = session.Resolved
+	r.Final = finalMD(id, session.Resolved, at)
+	return r
+}
+
+// finalMD is a fully populated terminal SessionMetadata.
+func finalMD(id string, st session.Status, at int64) *macpv1.SessionMetadata {
+	return &macpv1.SessionMetadata{
+		SessionId: id, Mode: "macp.mode.decision.v1", State: st.Proto(), StartedAtUnixMs: at - 100,
+		ExpiresAtUnixMs: at + 60_000, ModeVersion: "1.0.0", ConfigurationVersion: "cfg", PolicyVersion: "policy.custom",
+		Participants: []string{"alice", "bob"}, Initiator: "initiator", ContextId: "ctx", ExtensionKeys: []string{"x-a"},
+		ParticipantActivity: []*macpv1.ParticipantActivity{
+			{ParticipantId: "alice", LastMessageAtUnixMs: at - 1, MessageCount: 3},
+			{ParticipantId: "bob", LastMessageAtUnixMs: at - 2, MessageCount: 1},
+		},
+	}
 }
 
 // history returns records 1..n of a session: a start, messages and, when
-// terminal is non-zero, a terminal record of that kind as record n.
+// terminal is non-zero, a terminal record of that kind as record n
+// (KindMessage: a resolving Commitment).
 func history(id string, n int, terminal session.Kind) []session.Record {
 	at := int64(1_760_000_000_000)
 	out := []session.Record{startRec(id, at)}
@@ -211,6 +241,8 @@ func history(id string, n int, terminal session.Kind) []session.Record {
 			out = append(out, cancelRec(id, seq, at))
 		case seq == uint64(n) && terminal == session.KindExpire:
 			out = append(out, expireRec(id, seq, at))
+		case seq == uint64(n) && terminal == session.KindMessage:
+			out = append(out, resolveRec(id, seq, at))
 		default:
 			out = append(out, msgRec(id, seq, at))
 		}
@@ -252,6 +284,12 @@ func diffRecord(want, got session.Record) string {
 	case want.Start != nil && *want.Start != *got.Start:
 		d = append(d, fmt.Sprintf("Start %+v != %+v", *got.Start, *want.Start))
 	}
+	if want.Status != got.Status {
+		d = append(d, fmt.Sprintf("Status %s != %s", got.Status, want.Status))
+	}
+	if (want.Final == nil) != (got.Final == nil) || !proto.Equal(want.Final, got.Final) {
+		d = append(d, fmt.Sprintf("Final %v != %v", got.Final, want.Final))
+	}
 	return strings.Join(d, "; ")
 }
 
@@ -281,10 +319,80 @@ func wantHistory(t *testing.T, s store.Store, want []session.Record) {
 			t.Fatalf("session %s record %d: %s", id, i+1, d)
 		}
 	}
+	wantChain(t, want, got)
 	last, err := s.LastSeq(ctx, id)
 	if err != nil || last != want[len(want)-1].Seq {
 		t.Fatalf("LastSeq(%s) = %d, %v; want %d", id, last, err, want[len(want)-1].Seq)
 	}
+	wantInfo(t, s, got[len(got)-1])
+}
+
+// wantChain checks the integrity chain of a whole history read back (got)
+// against the records appended (want): record 1's PrevHash is 32 zero
+// bytes, every later PrevHash is the Hash before it, and every Hash is
+// SHA-256(PrevHash || canonical bytes of the appended record).
+func wantChain(t *testing.T, want, got []session.Record) {
+	t.Helper()
+	prev := make([]byte, 32)
+	for i, r := range got {
+		if !bytes.Equal(r.PrevHash, prev) {
+			t.Fatalf("session %s record %d: PrevHash %x, want %x", r.SessionID, r.Seq, r.PrevHash, prev)
+		}
+		h, err := record.HashOf(prev, want[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Hash) != 32 || !bytes.Equal(r.Hash, h) {
+			t.Fatalf("session %s record %d: Hash %x, want %x", r.SessionID, r.Seq, r.Hash, h)
+		}
+		prev = r.Hash
+	}
+}
+
+// wantInfo checks Info against the session's last record as read.
+func wantInfo(t *testing.T, s store.Store, last session.Record) {
+	t.Helper()
+	info, err := s.Info(ctx, last.SessionID)
+	if err != nil {
+		t.Fatalf("Info(%s): %v", last.SessionID, err)
+	}
+	if d := diffInfo(infoOf(last), info); d != "" {
+		t.Fatalf("Info(%s): %s", last.SessionID, d)
+	}
+}
+
+// infoOf is the summary a session whose last record is last must have.
+func infoOf(last session.Record) store.SessionInfo {
+	return store.SessionInfo{
+		SessionID: last.SessionID, LastSeq: last.Seq, Status: last.Status,
+		LastAcceptedMs: last.AcceptedAtMs, LastHash: last.Hash, Final: last.Final,
+	}
+}
+
+func diffInfo(want, got store.SessionInfo) string {
+	var d []string
+	if want.SessionID != got.SessionID {
+		d = append(d, fmt.Sprintf("SessionID %q != %q", got.SessionID, want.SessionID))
+	}
+	if want.LastSeq != got.LastSeq {
+		d = append(d, fmt.Sprintf("LastSeq %d != %d", got.LastSeq, want.LastSeq))
+	}
+	if want.Status != got.Status {
+		d = append(d, fmt.Sprintf("Status %s != %s", got.Status, want.Status))
+	}
+	if want.LastAcceptedMs != got.LastAcceptedMs {
+		d = append(d, fmt.Sprintf("LastAcceptedMs %d != %d", got.LastAcceptedMs, want.LastAcceptedMs))
+	}
+	if !bytes.Equal(want.LastHash, got.LastHash) {
+		d = append(d, fmt.Sprintf("LastHash %x != %x", got.LastHash, want.LastHash))
+	}
+	if (want.Final == nil) != (got.Final == nil) || !proto.Equal(want.Final, got.Final) {
+		d = append(d, fmt.Sprintf("Final %v != %v", got.Final, want.Final))
+	}
+	if want.Quarantined != got.Quarantined {
+		d = append(d, fmt.Sprintf("Quarantined %q != %q", got.Quarantined, want.Quarantined))
+	}
+	return strings.Join(d, "; ")
 }
 
 func mustAppend(t *testing.T, s store.Store, recs []session.Record) {
