@@ -33,9 +33,19 @@
 //   - concurrent appends to many sessions, concurrent readers, and
 //     competing appends to one session (exactly one wins each sequence
 //     number) — run with -race;
+//   - the integrity chain on every history the suite reads back: record 1's
+//     PrevHash is 32 zero bytes, each PrevHash is the Hash before it, each
+//     Hash is record.HashOf(PrevHash, the appended record); hashes do not
+//     depend on batching, Read from the middle or caller-supplied hashes;
+//   - Info (LastSeq, Status, LastAcceptedMs, LastHash, Final) after every
+//     append, List in id order with the same summaries, Purge of terminal
+//     sessions only (whole session, prefix-sharing ids untouched), the meta
+//     key-value space (prefix listing, overwrite, delete, copies), invalid
+//     session ids (ErrInvalid);
 //   - Close: later calls return ErrClosed;
-//   - with WithReopen: records, LastSeq, Sessions and the continuity rule
-//     survive a close and reopen.
+//   - with WithReopen: records, LastSeq, Sessions, Info, List, hashes, meta,
+//     purges and the continuity rule survive a close and reopen, and the
+//     chain continues across it.
 package storetest
 
 import (
@@ -91,10 +101,17 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 	t.Run("LargeRecords", h.largeRecords)
 	t.Run("ConcurrentAppends", h.concurrentAppends)
 	t.Run("CompetingAppends", h.competingAppends)
+	t.Run("HashChain", h.hashChain)
+	t.Run("InfoTracking", h.infoTracking)
+	t.Run("List", h.list)
+	t.Run("Purge", h.purge)
+	t.Run("Meta", h.meta)
+	t.Run("InvalidSessionID", h.invalidSessionID)
 	t.Run("Close", h.close)
 	if cfg.reopen != nil {
 		t.Run("Reopen", h.reopenSurvives)
 		t.Run("ReopenContinuity", h.reopenContinuity)
+		t.Run("ReopenInfoChainMeta", h.reopenInfoChainMeta)
 	}
 }
 
@@ -839,6 +856,24 @@ func (h *harness) close(t *testing.T) {
 	if err := s.Sessions(ctx, func(string) error { return nil }); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("Sessions after Close = %v", err)
 	}
+	if _, err := s.Info(ctx, idA); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Info after Close = %v", err)
+	}
+	if err := s.List(ctx, func(store.SessionInfo) error { return nil }); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("List after Close = %v", err)
+	}
+	if err := s.Purge(ctx, idA); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Purge after Close = %v", err)
+	}
+	if err := s.PutMeta(ctx, "k", []byte("v")); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("PutMeta after Close = %v", err)
+	}
+	if err := s.DeleteMeta(ctx, "k"); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("DeleteMeta after Close = %v", err)
+	}
+	if err := s.ListMeta(ctx, "", func(string, []byte) error { return nil }); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("ListMeta after Close = %v", err)
+	}
 	// A second Close must not panic; nil or ErrClosed are both fine.
 	if err := s.Close(); err != nil && !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("second Close = %v", err)
@@ -888,4 +923,364 @@ func (h *harness) reopenContinuity(t *testing.T) {
 	if ids := sessions(t, hd.s); !slices.Equal(ids, []string{idA}) {
 		t.Fatalf("Sessions = %v", ids)
 	}
+}
+
+// ---- integrity chain, summaries, purge, meta ------------------------------------
+
+// Store doc: "Append sets each record's PrevHash to the Hash of the
+// session's previous record (ZeroHash for Seq 1) and its Hash to
+// SHA-256(PrevHash || canonical bytes ...); the caller's Hash and PrevHash
+// are ignored."
+func (h *harness) hashChain(t *testing.T) {
+	s := h.fresh(t).s
+	// The same history, appended one record at a time to one store and in
+	// one batch to another, chains to the same hashes.
+	want := history(idA, 12, session.KindMessage)
+	for i := range want {
+		mustAppend(t, s, want[i:i+1])
+	}
+	one := readAll(t, s, idA, 1)
+	wantChain(t, want, one)
+	if !bytes.Equal(one[0].PrevHash, store.ZeroHash) {
+		t.Fatalf("record 1 PrevHash %x", one[0].PrevHash)
+	}
+	s2 := h.fresh(t).s
+	mustAppend(t, s2, want)
+	batched := readAll(t, s2, idA, 1)
+	for i := range one {
+		if !bytes.Equal(one[i].Hash, batched[i].Hash) || !bytes.Equal(one[i].PrevHash, batched[i].PrevHash) {
+			t.Fatalf("record %d: hashes depend on batching", i+1)
+		}
+	}
+	// Distinct records have distinct hashes.
+	seen := map[string]bool{}
+	for _, r := range one {
+		if seen[string(r.Hash)] {
+			t.Fatalf("record %d repeats a hash", r.Seq)
+		}
+		seen[string(r.Hash)] = true
+	}
+	// Read from the middle returns the same hashes.
+	for _, from := range []uint64{2, 7, 12} {
+		mid := readAll(t, s, idA, from)
+		for i, r := range mid {
+			if !bytes.Equal(r.Hash, one[int(from)-1+i].Hash) || !bytes.Equal(r.PrevHash, one[int(from)-1+i].PrevHash) {
+				t.Fatalf("Read from %d, record %d: hashes differ from a full read", from, r.Seq)
+			}
+		}
+	}
+	// Caller-supplied hashes are ignored.
+	b := history(idB, 3, 0)
+	for i := range b {
+		b[i].Hash = bytes.Repeat([]byte{0xff}, 32)
+		b[i].PrevHash = []byte("junk")
+	}
+	mustAppend(t, s, b)
+	got := readAll(t, s, idB, 1)
+	wantChain(t, b, got)
+	// The record content is what is hashed: the same seq with another
+	// payload hashes differently.
+	c := history(idC, 2, 0)
+	c2 := history(idC, 2, 0)
+	c2[1].Envelope.Payload = append([]byte{}, c2[1].Envelope.Payload...)
+	c2[1].Envelope.Payload[0] ^= 1
+	h1, _ := record.HashOf(store.ZeroHash, c[1])
+	h2, _ := record.HashOf(store.ZeroHash, c2[1])
+	if bytes.Equal(h1, h2) {
+		t.Fatal("a payload change does not change the hash")
+	}
+}
+
+// Info tracks the last record of a session through every append: LastSeq,
+// Status, LastAcceptedMs, LastHash, and Final once terminal.
+func (h *harness) infoTracking(t *testing.T) {
+	s := h.fresh(t).s
+	if _, err := s.Info(ctx, idA); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Info(unknown) = %v, want ErrNotFound", err)
+	}
+	for _, k := range []session.Kind{session.KindMessage, session.KindCancel, session.KindExpire} {
+		id := fmt.Sprintf("info-tracking-%s-00000000", k)
+		want := history(id, 5, k)
+		for i := range want {
+			mustAppend(t, s, want[i:i+1])
+			got := readAll(t, s, id, 1)
+			wantInfo(t, s, got[len(got)-1])
+			info, _ := s.Info(ctx, id)
+			if terminal := i == len(want)-1; terminal != info.Status.Terminal() || terminal != (info.Final != nil) {
+				t.Fatalf("%s after record %d: Status %s, Final %v", id, i+1, info.Status, info.Final)
+			}
+		}
+	}
+	// In a mixed batch, each session's summary is its own last record.
+	a, b := history(idA, 3, session.KindExpire), history(idB, 4, 0)
+	mustAppend(t, s, []session.Record{a[0], b[0], a[1], b[1], b[2], a[2], b[3]})
+	wantHistory(t, s, a)
+	wantHistory(t, s, b)
+	// A prefix or extension of a stored id is still unknown.
+	for _, id := range []string{idAB, idA[:10], idB + "0"} {
+		if _, err := s.Info(ctx, id); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("Info(%q) = %v, want ErrNotFound", id, err)
+		}
+	}
+	// Returned summaries are copies.
+	info, _ := s.Info(ctx, idA)
+	info.LastHash[0] ^= 0xff
+	info.Final.SessionId = "changed"
+	wantHistory(t, s, a)
+}
+
+func list(t *testing.T, s store.Store) []store.SessionInfo {
+	t.Helper()
+	var out []store.SessionInfo
+	if err := s.List(ctx, func(info store.SessionInfo) error {
+		out = append(out, info)
+		return nil
+	}); err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	return out
+}
+
+// List: every session in id order, each with the summary Info gives.
+func (h *harness) list(t *testing.T) {
+	s := h.fresh(t).s
+	if got := list(t, s); len(got) != 0 {
+		t.Fatalf("new store lists %v", got)
+	}
+	hs := map[string][]session.Record{
+		idC:                          history(idC, 2, 0),
+		idAB:                         history(idAB, 3, session.KindCancel),
+		idA:                          history(idA, 4, session.KindMessage),
+		idB:                          history(idB, 1, 0),
+		"A-upper-case-sorts-first-0": history("A-upper-case-sorts-first-0", 2, session.KindExpire),
+	}
+	ids := make([]string, 0, len(hs))
+	for id, recs := range hs {
+		ids = append(ids, id)
+		mustAppend(t, s, recs)
+	}
+	slices.Sort(ids)
+	got := list(t, s)
+	if len(got) != len(ids) {
+		t.Fatalf("List gave %d sessions, want %d", len(got), len(ids))
+	}
+	for i, info := range got {
+		if info.SessionID != ids[i] {
+			t.Fatalf("List[%d] = %s, want %s", i, info.SessionID, ids[i])
+		}
+		recs := readAll(t, s, info.SessionID, 1)
+		if d := diffInfo(infoOf(recs[len(recs)-1]), info); d != "" {
+			t.Fatalf("List: %s: %s", info.SessionID, d)
+		}
+	}
+	if ss := sessions(t, s); !slices.Equal(ss, ids) {
+		t.Fatalf("Sessions = %v, want %v", ss, ids)
+	}
+	stop := errors.New("stop")
+	var seen []string
+	err := s.List(ctx, func(info store.SessionInfo) error {
+		seen = append(seen, info.SessionID)
+		if len(seen) == 2 {
+			return fmt.Errorf("wrapped: %w", stop)
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || !slices.Equal(seen, ids[:2]) {
+		t.Fatalf("List with failing fn = %v after %v", err, seen)
+	}
+}
+
+// Purge: whole terminal sessions only.
+func (h *harness) purge(t *testing.T) {
+	s := h.fresh(t).s
+	done := history(idA, 40, session.KindMessage) // terminal
+	neighbour := history(idAB, 3, session.KindExpire)
+	open := history(idB, 3, 0)
+	mustAppend(t, s, done[:20])
+	mustAppend(t, s, done[20:])
+	mustAppend(t, s, neighbour)
+	mustAppend(t, s, open)
+
+	if err := s.Purge(ctx, idB); !errors.Is(err, store.ErrNotTerminal) {
+		t.Fatalf("Purge(open session) = %v, want ErrNotTerminal", err)
+	}
+	wantHistory(t, s, open)
+	if err := s.Purge(ctx, idC); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Purge(unknown) = %v, want ErrNotFound", err)
+	}
+	if err := s.Purge(ctx, idA); err != nil {
+		t.Fatalf("Purge: %v", err)
+	}
+	if err := s.Read(ctx, idA, 1, func(session.Record) error { return nil }); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Read(purged) = %v", err)
+	}
+	if _, err := s.Info(ctx, idA); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Info(purged) = %v", err)
+	}
+	lastSeqNotFound(t, s, idA)
+	if err := s.Purge(ctx, idA); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("second Purge = %v, want ErrNotFound", err)
+	}
+	// The id sharing a prefix is untouched.
+	wantHistory(t, s, neighbour)
+	wantHistory(t, s, open)
+	if ids := sessions(t, s); !slices.Equal(ids, []string{idAB, idB}) {
+		t.Fatalf("Sessions after Purge = %v", ids)
+	}
+	// Nothing of the purged history remains: the id starts afresh.
+	again := history(idA, 2, 0)
+	mustAppend(t, s, again)
+	wantHistory(t, s, again)
+	// The neighbour can be purged too, and the open session once it ends.
+	if err := s.Purge(ctx, idAB); err != nil {
+		t.Fatalf("Purge(%s): %v", idAB, err)
+	}
+	mustAppend(t, s, []session.Record{expireRec(idB, 4, 99)})
+	if err := s.Purge(ctx, idB); err != nil {
+		t.Fatalf("Purge after expiry: %v", err)
+	}
+	if ids := sessions(t, s); !slices.Equal(ids, []string{idA}) {
+		t.Fatalf("Sessions = %v", ids)
+	}
+}
+
+type kv struct {
+	k, v string
+}
+
+func listMeta(t *testing.T, s store.Store, prefix string) []kv {
+	t.Helper()
+	var out []kv
+	if err := s.ListMeta(ctx, prefix, func(k string, v []byte) error {
+		out = append(out, kv{k, string(v)})
+		return nil
+	}); err != nil {
+		t.Fatalf("ListMeta(%q): %v", prefix, err)
+	}
+	return out
+}
+
+// The meta key-value space: durable ext-mode registrations and the like.
+func (h *harness) meta(t *testing.T) {
+	s := h.fresh(t).s
+	if got := listMeta(t, s, ""); len(got) != 0 {
+		t.Fatalf("new store has meta %v", got)
+	}
+	bin := string([]byte{0, 1, 0xff, '\n'})
+	val := []byte("v2")
+	for _, e := range []kv{{"ext/b", "B"}, {"ext/a", "A"}, {"ext", "bare"}, {"extra", "X"}, {"pol/x", bin}, {"e", ""}, {"ext/c", "C"}} {
+		if err := s.PutMeta(ctx, e.k, []byte(e.v)); err != nil {
+			t.Fatalf("PutMeta(%q): %v", e.k, err)
+		}
+	}
+	if err := s.PutMeta(ctx, "ext/c", val); err != nil { // overwrite
+		t.Fatal(err)
+	}
+	val[0] = 'X' // the store kept its own copy
+	if err := s.DeleteMeta(ctx, "ext/b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteMeta(ctx, "never-stored"); err != nil {
+		t.Fatalf("DeleteMeta(missing) = %v", err)
+	}
+	all := []kv{{"e", ""}, {"ext", "bare"}, {"ext/a", "A"}, {"ext/c", "v2"}, {"extra", "X"}, {"pol/x", bin}}
+	if got := listMeta(t, s, ""); !slices.Equal(got, all) {
+		t.Fatalf("ListMeta(\"\") = %q, want %q", got, all)
+	}
+	if got := listMeta(t, s, "ext/"); !slices.Equal(got, all[2:4]) {
+		t.Fatalf("ListMeta(ext/) = %q", got)
+	}
+	if got := listMeta(t, s, "ext"); !slices.Equal(got, all[1:5]) {
+		t.Fatalf("ListMeta(ext) = %q", got)
+	}
+	if got := listMeta(t, s, "zzz"); len(got) != 0 {
+		t.Fatalf("ListMeta(zzz) = %q", got)
+	}
+	if err := s.PutMeta(ctx, "", []byte("v")); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("PutMeta(empty key) = %v, want ErrInvalid", err)
+	}
+	stop := errors.New("stop")
+	n := 0
+	if err := s.ListMeta(ctx, "", func(string, []byte) error { n++; return stop }); !errors.Is(err, stop) || n != 1 {
+		t.Fatalf("ListMeta with failing fn = %v after %d", err, n)
+	}
+	// Meta keys are not sessions, and sessions are not meta.
+	mustAppend(t, s, history(idA, 1, 0))
+	if ids := sessions(t, s); !slices.Equal(ids, []string{idA}) {
+		t.Fatalf("Sessions = %v", ids)
+	}
+	if got := listMeta(t, s, ""); !slices.Equal(got, all) {
+		t.Fatalf("ListMeta after an append = %q", got)
+	}
+}
+
+// Session ids a store cannot represent are ErrInvalid, and the batch is
+// not written.
+func (h *harness) invalidSessionID(t *testing.T) {
+	s := h.fresh(t).s
+	for _, id := range []string{"", "a\x00b", "\x00"} {
+		r := history(id, 1, 0)
+		err := s.Append(ctx, append(history(idA, 1, 0), r...))
+		if !errors.Is(err, store.ErrInvalid) {
+			t.Fatalf("Append(session id %q) = %v, want ErrInvalid", id, err)
+		}
+	}
+	if ids := sessions(t, s); len(ids) != 0 {
+		t.Fatalf("rejected appends created sessions %v", ids)
+	}
+}
+
+// Durable stores: summaries, hashes, meta and purges survive a reopen, and
+// the chain continues across it.
+func (h *harness) reopenInfoChainMeta(t *testing.T) {
+	hd := h.fresh(t)
+	a := history(idA, 6, 0)
+	b := history(idB, 3, session.KindCancel)
+	c := history(idC, 2, session.KindExpire)
+	mustAppend(t, hd.s, a[:3])
+	mustAppend(t, hd.s, append(b, c...))
+	mustAppend(t, hd.s, []session.Record{{SessionID: idAB, Seq: 1, Kind: session.KindExpire, AcceptedAtMs: 5, Status: session.Expired, Final: finalMD(idAB, session.Expired, 5)}})
+	if err := hd.s.PutMeta(ctx, "ext/x", []byte("registration")); err != nil {
+		t.Fatal(err)
+	}
+	if err := hd.s.PutMeta(ctx, "ext/y", []byte("gone")); err != nil {
+		t.Fatal(err)
+	}
+	if err := hd.s.DeleteMeta(ctx, "ext/y"); err != nil {
+		t.Fatal(err)
+	}
+	if err := hd.s.Purge(ctx, idC); err != nil {
+		t.Fatal(err)
+	}
+	before := list(t, hd.s)
+	beforeA := readAll(t, hd.s, idA, 1)
+	h.reopen(t, hd)
+	after := list(t, hd.s)
+	if len(after) != len(before) {
+		t.Fatalf("List after reopen: %d sessions, before %d", len(after), len(before))
+	}
+	for i := range before {
+		if d := diffInfo(before[i], after[i]); d != "" {
+			t.Fatalf("List after reopen, %s: %s", before[i].SessionID, d)
+		}
+	}
+	wantHistory(t, hd.s, b)
+	lastSeqNotFound(t, hd.s, idC)
+	afterA := readAll(t, hd.s, idA, 1)
+	for i := range beforeA {
+		if !bytes.Equal(beforeA[i].Hash, afterA[i].Hash) || !bytes.Equal(beforeA[i].PrevHash, afterA[i].PrevHash) {
+			t.Fatalf("record %d: hashes changed across reopen", i+1)
+		}
+	}
+	if got := listMeta(t, hd.s, ""); !slices.Equal(got, []kv{{"ext/x", "registration"}}) {
+		t.Fatalf("meta after reopen = %q", got)
+	}
+	// The chain continues across the reopen.
+	mustAppend(t, hd.s, a[3:])
+	wantHistory(t, hd.s, a)
+	if got := readAll(t, hd.s, idA, 4); !bytes.Equal(got[0].PrevHash, beforeA[2].Hash) {
+		t.Fatal("first record after reopen does not chain to the last one before")
+	}
+	h.reopen(t, hd)
+	wantHistory(t, hd.s, a)
 }
