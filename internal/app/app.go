@@ -116,8 +116,9 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 		},
 		// The envelope's payload may use the whole payload limit; leave
 		// room for the rest of the request.
-		MaxRecvBytes: cfg.MaxPayloadBytes + 64<<10,
-		Logger:       log,
+		MaxRecvBytes:    cfg.MaxPayloadBytes + 64<<10,
+		StreamHeartbeat: cfg.StreamHeartbeat,
+		Logger:          log,
 	})
 	var opts []grpc.ServerOption
 	if cfg.TLSCertPath != "" {

@@ -41,6 +41,9 @@ type Config struct {
 	// LogLevel is debug|info|warn|error (MACP_LOG_LEVEL); LogFormat is
 	// text|json (MACP_LOG_FORMAT).
 	LogLevel, LogFormat string
+	// StreamHeartbeat is the interval of heartbeat Signals on idle bound
+	// StreamSession streams, 0 = none (MACP_STREAM_HEARTBEAT_MS).
+	StreamHeartbeat time.Duration
 	// ShutdownGrace bounds graceful shutdown (MACP_SHUTDOWN_GRACE_MS).
 	ShutdownGrace time.Duration
 	// Auth holds the authentication settings (static tokens, JWT, client
@@ -61,6 +64,7 @@ func Default() Config {
 		LogLevel:        "info",
 		LogFormat:       "text",
 		ShutdownGrace:   10 * time.Second,
+		StreamHeartbeat: 100 * time.Millisecond,
 	}
 }
 
@@ -92,6 +96,9 @@ func (c *Config) Validate() error {
 	}
 	if c.StartSkew < 0 {
 		bad("MACP_START_SKEW_MS (--start-skew) %v must not be negative (0 = unchecked)", c.StartSkew)
+	}
+	if c.StreamHeartbeat < 0 {
+		bad("MACP_STREAM_HEARTBEAT_MS (--stream-heartbeat) %v must not be negative", c.StreamHeartbeat)
 	}
 	if c.ShutdownGrace < 0 {
 		bad("MACP_SHUTDOWN_GRACE_MS (--shutdown-grace) %v must not be negative", c.ShutdownGrace)
@@ -184,6 +191,7 @@ func (c *Config) FromEnv(lookup Env) error {
 	str("MACP_LOG_LEVEL", &c.LogLevel)
 	str("MACP_LOG_FORMAT", &c.LogFormat)
 	millis("MACP_SHUTDOWN_GRACE_MS", &c.ShutdownGrace)
+	millis("MACP_STREAM_HEARTBEAT_MS", &c.StreamHeartbeat)
 	errs = append(errs, c.authFromEnv(lookup)...)
 	return errors.Join(errs...)
 }
@@ -214,6 +222,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.StartSkew, "start-skew", c.StartSkew, "tolerated SessionStart timestamp skew, 0 = unchecked (MACP_START_SKEW_MS)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error (MACP_LOG_LEVEL)")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json (MACP_LOG_FORMAT)")
+	fs.DurationVar(&c.StreamHeartbeat, "stream-heartbeat", c.StreamHeartbeat, "heartbeat Signal interval on idle StreamSession streams, 0 = none (MACP_STREAM_HEARTBEAT_MS)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "graceful shutdown timeout (MACP_SHUTDOWN_GRACE_MS)")
 	c.registerAuthFlags(fs)
 }

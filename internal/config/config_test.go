@@ -32,6 +32,7 @@ func TestDefault(t *testing.T) {
 		LogLevel:        "info",
 		LogFormat:       "text",
 		ShutdownGrace:   10 * time.Second,
+		StreamHeartbeat: 100 * time.Millisecond,
 	}
 	if c != want {
 		t.Fatalf("Default()\n got %+v\nwant %+v", c, want)
@@ -50,20 +51,21 @@ func TestDefault(t *testing.T) {
 func TestFromEnvEveryVariable(t *testing.T) {
 	c := Default()
 	err := c.FromEnv(env(map[string]string{
-		"MACP_BIND_ADDR":         "0.0.0.0:7000",
-		"MACP_DATA_DIR":          "/var/lib/macp",
-		"MACP_MEMORY_ONLY":       "false",
-		"MACP_ALLOW_INSECURE":    "1",
-		"MACP_TLS_CERT_PATH":     "/etc/macp/cert.pem",
-		"MACP_TLS_KEY_PATH":      "/etc/macp/key.pem",
-		"MACP_MAX_PAYLOAD_BYTES": "2048",
-		"MACP_MAX_TTL_MS":        "60000",
-		"MACP_MAX_PARTICIPANTS":  "7",
-		"MACP_MAX_OPEN_SESSIONS": "3",
-		"MACP_START_SKEW_MS":     "0",
-		"MACP_LOG_LEVEL":         "debug",
-		"MACP_LOG_FORMAT":        "json",
-		"MACP_SHUTDOWN_GRACE_MS": "2500",
+		"MACP_BIND_ADDR":           "0.0.0.0:7000",
+		"MACP_DATA_DIR":            "/var/lib/macp",
+		"MACP_MEMORY_ONLY":         "false",
+		"MACP_ALLOW_INSECURE":      "1",
+		"MACP_TLS_CERT_PATH":       "/etc/macp/cert.pem",
+		"MACP_TLS_KEY_PATH":        "/etc/macp/key.pem",
+		"MACP_MAX_PAYLOAD_BYTES":   "2048",
+		"MACP_MAX_TTL_MS":          "60000",
+		"MACP_MAX_PARTICIPANTS":    "7",
+		"MACP_MAX_OPEN_SESSIONS":   "3",
+		"MACP_START_SKEW_MS":       "0",
+		"MACP_LOG_LEVEL":           "debug",
+		"MACP_LOG_FORMAT":          "json",
+		"MACP_SHUTDOWN_GRACE_MS":   "2500",
+		"MACP_STREAM_HEARTBEAT_MS": "0",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -73,6 +75,7 @@ func TestFromEnvEveryVariable(t *testing.T) {
 		TLSCertPath: "/etc/macp/cert.pem", TLSKeyPath: "/etc/macp/key.pem",
 		MaxPayloadBytes: 2048, MaxTTL: time.Minute, MaxParticipants: 7, MaxOpenSessions: 3,
 		StartSkew: 0, LogLevel: "debug", LogFormat: "json", ShutdownGrace: 2500 * time.Millisecond,
+		StreamHeartbeat: 0,
 	}
 	if c != want {
 		t.Fatalf("FromEnv\n got %+v\nwant %+v", c, want)
@@ -176,7 +179,7 @@ func TestFlagsOverrideEnv(t *testing.T) {
 		BindAddr: "127.0.0.1:7001", DataDir: "d", MemoryOnly: true, AllowInsecure: false,
 		TLSCertPath: "c.pem", TLSKeyPath: "k.pem", MaxPayloadBytes: 100, MaxTTL: 2 * time.Hour,
 		MaxParticipants: 9, MaxOpenSessions: 4, StartSkew: 0, LogLevel: "debug", LogFormat: "json",
-		ShutdownGrace: time.Second,
+		ShutdownGrace: time.Second, StreamHeartbeat: 100 * time.Millisecond,
 	}
 	if c != want {
 		t.Fatalf("after flags\n got %+v\nwant %+v", c, want)

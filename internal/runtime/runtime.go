@@ -109,6 +109,7 @@ type owner struct {
 	durableSeq uint64
 	pending    int           // commit requests queued and not yet answered
 	durableCh  chan struct{} // closed and replaced when durableSeq or pending changes
+	followers  []*follower   // live session subscribers (see follow.go); guarded by durableMu
 }
 
 // durable returns the sequence number of the session's last durable record.
@@ -357,7 +358,7 @@ func (r *Runtime) commitLoop() {
 // durable sequence advances, a session that ended releases its initiator's
 // slot, then lifecycle events are published.
 func (r *Runtime) completed(req *commitReq) {
-	req.o.answered(req.recs[len(req.recs)-1].Seq)
+	req.o.answeredWith(req.recs)
 	if req.closes {
 		r.closedOpen(req.o)
 	}

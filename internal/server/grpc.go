@@ -41,7 +41,10 @@ type Options struct {
 	// MaxRecvBytes bounds a whole request message, so oversized frames are
 	// refused before they are decoded.
 	MaxRecvBytes int
-	Logger       *slog.Logger
+	// StreamHeartbeat is how often an idle bound StreamSession gets an
+	// ambient heartbeat Signal; 0 disables heartbeats.
+	StreamHeartbeat time.Duration
+	Logger          *slog.Logger
 }
 
 // Service implements macp.v1.MACPRuntimeService.
@@ -180,7 +183,7 @@ func (s *Service) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *heal
 
 func (s *Service) capabilities() *macpv1.Capabilities {
 	return &macpv1.Capabilities{
-		Sessions:       &macpv1.SessionsCapability{Stream: false, ListSessions: true, WatchSessions: true},
+		Sessions:       &macpv1.SessionsCapability{Stream: true, ListSessions: true, WatchSessions: true},
 		Cancellation:   &macpv1.CancellationCapability{CancelSession: true},
 		Progress:       &macpv1.ProgressCapability{Progress: false},
 		Manifest:       &macpv1.ManifestCapability{GetManifest: true},

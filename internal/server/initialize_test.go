@@ -71,15 +71,17 @@ func TestInitializeIgnoresClientCapabilities(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Capabilities.GetSessions().GetStream() || r.Capabilities.GetPolicyRegistry().GetRegisterPolicy() {
+	if r.Capabilities.GetProgress().GetProgress() || r.Capabilities.GetPolicyRegistry().GetRegisterPolicy() ||
+		r.Capabilities.GetExperimental().GetFeatures()["x-unknown"] != "" {
 		t.Fatalf("runtime echoed client capabilities: %v", r.Capabilities)
 	}
 }
 
 // INIT-5/INIT-6 (RFC-MACP-0001 §4.1 "MUST advertise only the capabilities
 // they support") and checklist §1 (advertised-by column): exactly what this
-// build implements. StreamSession and the policy registry answer
-// UNIMPLEMENTED (TestUnimplementedRPCs), so their flags are false.
+// build implements. StreamSession is implemented (sessions.stream = true,
+// RFC-MACP-0006 §3.2); the policy registry answers UNIMPLEMENTED
+// (TestUnimplementedRPCs), so its flags are false.
 func TestInitializeAdvertisesExactlyWhatIsImplemented(t *testing.T) {
 	e := startApp(t, testConfig())
 	r, err := e.c.Initialize(context.Background(), &macpv1.InitializeRequest{SupportedProtocolVersions: []string{"1.0"}})
@@ -87,7 +89,7 @@ func TestInitializeAdvertisesExactlyWhatIsImplemented(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &macpv1.Capabilities{
-		Sessions:       &macpv1.SessionsCapability{Stream: false, ListSessions: true, WatchSessions: true},
+		Sessions:       &macpv1.SessionsCapability{Stream: true, ListSessions: true, WatchSessions: true},
 		Cancellation:   &macpv1.CancellationCapability{CancelSession: true},
 		Progress:       &macpv1.ProgressCapability{Progress: false},
 		Manifest:       &macpv1.ManifestCapability{GetManifest: true},

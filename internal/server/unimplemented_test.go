@@ -6,13 +6,13 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
-// checklist §1 RPC-3 (StreamSession) and RPC-18..22 (policy registry);
+// checklist §1 RPC-18..22 (policy registry);
 // server/doc.go: RPCs this build does not implement answer UNIMPLEMENTED
 // (and are not advertised, TestInitializeAdvertisesExactlyWhatIsImplemented).
 func TestUnimplementedRPCs(t *testing.T) {
 	e := startApp(t, testConfig())
 	all := rpcCalls(e.c)
-	for _, name := range []string{"StreamSession", "RegisterPolicy", "UnregisterPolicy", "GetPolicy", "ListPolicies", "WatchPolicies"} {
+	for _, name := range []string{"RegisterPolicy", "UnregisterPolicy", "GetPolicy", "ListPolicies", "WatchPolicies"} {
 		call := all[name]
 		t.Run(name, func(t *testing.T) {
 			wantStatus(t, call(asT(t, "alice")), codes.Unimplemented, "")

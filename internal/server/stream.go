@@ -1,0 +1,351 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/runtime"
+	"github.com/macpd/macpd/internal/session"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// Stream metadata (docs/resume.md).
+const (
+	// HeaderSessionSeq is sent in the response header when a stream is
+	// bound: the session's last durable sequence number at that moment.
+	HeaderSessionSeq = "macp-session-sequence"
+	// HeaderResumeFrom is sent with it: the sequence number after which
+	// this stream delivers (the effective after_sequence).
+	HeaderResumeFrom = "macp-resume-after"
+	// TrailerLastSeq is sent in the trailer: the sequence number of the
+	// last session envelope this stream delivered.
+	TrailerLastSeq = "macp-last-sequence"
+)
+
+// streamState is one StreamSession call.
+type streamState struct {
+	s        *Service
+	stream   grpc.BidiStreamingServer[macpv1.StreamSessionRequest, macpv1.StreamSessionResponse]
+	id       coord.Identity
+	openedMs int64
+
+	out        chan *macpv1.StreamSessionResponse
+	mu         sync.Mutex // guards bound, following, lastSent
+	bound      string
+	following  bool
+	lastSent   uint64
+	headerSent bool
+
+	followDone chan error
+	stopSend   chan struct{}
+	sendErr    chan error
+	cancel     context.CancelFunc // ends the call (a failed Send)
+}
+
+// StreamSession implements the bidirectional session stream
+// (RFC-MACP-0006 §3.2): envelopes sent on it go through exactly the same
+// admission as Send; the first session-scoped envelope binds the stream,
+// which then carries every accepted envelope of the session in acceptance
+// order, from every sender; rejections come back in-stream as MACPError and
+// the stream stays open. A frame with subscribe_session_id (and no
+// envelope) subscribes passively: accepted history after after_sequence,
+// then live (docs/resume.md).
+func (s *Service) StreamSession(stream grpc.BidiStreamingServer[macpv1.StreamSessionRequest, macpv1.StreamSessionResponse]) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	id, _ := identityFrom(ctx)
+	st := &streamState{
+		s: s, stream: stream, id: id, openedMs: time.Now().UnixMilli(),
+		out:        make(chan *macpv1.StreamSessionResponse, 64),
+		followDone: make(chan error, 1),
+		stopSend:   make(chan struct{}),
+		sendErr:    make(chan error, 1),
+		cancel:     cancel,
+	}
+	reqs := make(chan *macpv1.StreamSessionRequest)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() { st.sendErr <- st.sendLoop() }()
+
+	var hb <-chan time.Time
+	if d := s.opts.StreamHeartbeat; d > 0 {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		hb = t.C
+	}
+	halfClosed := false
+	for {
+		select {
+		case req := <-reqs:
+			if err := st.handle(ctx, req); err != nil {
+				return st.finish(err)
+			}
+		case err := <-recvErr:
+			if !errors.Is(err, io.EOF) {
+				return nil // the client went away
+			}
+			// Half-close: a following stream keeps delivering until the
+			// session ends; otherwise the call is over.
+			recvErr = nil
+			halfClosed = true
+			if !st.isFollowing() {
+				return st.finish(nil)
+			}
+		case err := <-st.followDone:
+			if errors.Is(err, runtime.ErrFollowEnded) {
+				return st.finish(nil)
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			return st.finish(followStatus(err))
+		case <-hb:
+			if st.isFollowing() && len(st.out) == 0 {
+				st.enqueue(ctx, &macpv1.StreamSessionResponse{Response: &macpv1.StreamSessionResponse_Envelope{Envelope: heartbeat()}})
+			}
+		case <-ctx.Done():
+			_ = halfClosed
+			return nil
+		}
+	}
+}
+
+// finish stops the sender after it sent everything queued, sets the
+// trailer and returns err.
+func (st *streamState) finish(err error) error {
+	close(st.stopSend)
+	if serr := <-st.sendErr; serr != nil && err == nil {
+		err = serr
+	}
+	st.mu.Lock()
+	last, bound := st.lastSent, st.bound
+	st.mu.Unlock()
+	if bound != "" {
+		st.stream.SetTrailer(metadata.Pairs(TrailerLastSeq, strconv.FormatUint(last, 10)))
+	}
+	return err
+}
+
+// sendLoop is the only goroutine calling stream.Send. After stopSend
+// closes it sends what is still queued and returns.
+func (st *streamState) sendLoop() error {
+	for {
+		select {
+		case resp := <-st.out:
+			if err := st.stream.Send(resp); err != nil {
+				st.cancel() // the client is gone: end the call
+				return err
+			}
+		case <-st.stopSend:
+			for {
+				select {
+				case resp := <-st.out:
+					if err := st.stream.Send(resp); err != nil {
+						return err
+					}
+				default:
+					return nil
+				}
+			}
+		}
+	}
+}
+
+func (st *streamState) enqueue(ctx context.Context, resp *macpv1.StreamSessionResponse) bool {
+	select {
+	case st.out <- resp:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (st *streamState) isFollowing() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.following
+}
+
+// handle processes one request frame. A returned error ends the call.
+func (st *streamState) handle(ctx context.Context, req *macpv1.StreamSessionRequest) error {
+	env, sub := req.GetEnvelope(), req.GetSubscribeSessionId()
+	switch {
+	case env != nil && sub != "":
+		return statusErr(coord.Errorf(coord.CodeInvalidEnvelope, "a frame carries either an envelope or subscribe_session_id, not both"))
+	case sub != "":
+		return st.subscribe(ctx, sub, req.GetAfterSequence())
+	case env != nil:
+		return st.envelope(ctx, env)
+	default:
+		return nil // empty frame: ignored (keepalive)
+	}
+}
+
+// bind binds the stream to sessionID; a different session is refused.
+func (st *streamState) bind(sessionID string) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.bound != "" && st.bound != sessionID {
+		return status.Errorf(codes.InvalidArgument, "%s: this stream is bound to session %s; open another stream for session %s",
+			coord.CodeInvalidEnvelope, st.bound, sessionID)
+	}
+	st.bound = sessionID
+	return nil
+}
+
+func (st *streamState) subscribe(ctx context.Context, sessionID string, after uint64) error {
+	st.mu.Lock()
+	already := st.following
+	st.mu.Unlock()
+	if already {
+		return statusErr(coord.Errorf(coord.CodeInvalidEnvelope, "this stream is already following session %s", st.bound))
+	}
+	if err := st.bind(sessionID); err != nil {
+		return err
+	}
+	return st.follow(ctx, sessionID, after)
+}
+
+// follow starts delivering the session's records after `after`. The
+// response header carries the session's last sequence number.
+func (st *streamState) follow(ctx context.Context, sessionID string, after uint64) error {
+	started := make(chan error, 1)
+	st.mu.Lock()
+	st.following = true
+	st.mu.Unlock()
+	go func() {
+		err := st.s.rt.Follow(ctx, st.id, sessionID, after, runtime.FollowOptions{
+			LiveSinceMs: st.openedMs,
+			OnStart: func(lastSeq uint64) {
+				st.sendHeader(lastSeq, after)
+				started <- nil
+			},
+		}, func(rec session.Record) error {
+			if rec.Envelope == nil {
+				return nil
+			}
+			if !st.enqueue(ctx, &macpv1.StreamSessionResponse{Response: &macpv1.StreamSessionResponse_Envelope{Envelope: rec.Envelope}}) {
+				return ctx.Err()
+			}
+			st.mu.Lock()
+			st.lastSent = rec.Seq
+			st.mu.Unlock()
+			return nil
+		})
+		select {
+		case started <- err:
+		default:
+		}
+		st.followDone <- err
+	}()
+	// Refusals (unknown session, not allowed) end the call with a status.
+	if err := <-started; err != nil {
+		st.mu.Lock()
+		st.following = false
+		st.mu.Unlock()
+		<-st.followDone
+		return followStatus(err)
+	}
+	return nil
+}
+
+func (st *streamState) sendHeader(lastSeq, after uint64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.headerSent {
+		return
+	}
+	st.headerSent = true
+	_ = st.stream.SendHeader(metadata.Pairs(
+		HeaderSessionSeq, strconv.FormatUint(lastSeq, 10),
+		HeaderResumeFrom, strconv.FormatUint(min(after, lastSeq), 10),
+	))
+}
+
+// envelope admits one envelope exactly like Send. The first accepted
+// session-scoped envelope binds the stream and starts delivery of the
+// session's accepted envelopes from that envelope on.
+func (st *streamState) envelope(ctx context.Context, env *macpv1.Envelope) error {
+	if env.GetSessionId() != "" {
+		if err := st.bind(env.SessionId); err != nil {
+			return err
+		}
+	}
+	var before uint64
+	if env.GetSessionId() != "" {
+		before, _ = st.s.rt.LastSeq(env.SessionId)
+	}
+	ack := st.s.rt.Send(ctx, st.id, env)
+	if !ack.Ok {
+		e := ack.GetError()
+		if e == nil {
+			e = &macpv1.MACPError{Code: string(coord.CodeInternalError)}
+		}
+		st.enqueue(ctx, &macpv1.StreamSessionResponse{Response: &macpv1.StreamSessionResponse_Error{Error: proto.Clone(e).(*macpv1.MACPError)}})
+		st.mu.Lock()
+		following := st.following
+		if !following && env.GetSessionId() != "" {
+			// A rejected first envelope does not bind the stream.
+			if _, exists := st.s.rt.LastSeq(env.SessionId); !exists {
+				st.bound = ""
+			}
+		}
+		st.mu.Unlock()
+		return nil
+	}
+	if env.GetSessionId() == "" || st.isFollowing() {
+		return nil
+	}
+	return st.follow(ctx, env.SessionId, before)
+}
+
+// followStatus maps a Follow error to the status that ends the call.
+func followStatus(err error) error {
+	var ce *coord.Error
+	if errors.As(err, &ce) {
+		return statusErr(ce)
+	}
+	if errors.Is(err, context.Canceled) {
+		return status.Error(codes.Canceled, "stream cancelled")
+	}
+	return statusErr(coord.Errorf(coord.CodeInternalError, "stream failed"))
+}
+
+// heartbeat is an ambient Signal sent on idle bound streams
+// (RFC-MACP-0006 §3.4 "heartbeat and liveness signals"): it carries no
+// session id, so session consumers skip it.
+func heartbeat() *macpv1.Envelope {
+	payload, _ := proto.Marshal(&macpv1.SignalPayload{SignalType: "heartbeat"})
+	return &macpv1.Envelope{
+		MacpVersion:     coord.ProtocolVersion,
+		MessageType:     coord.TypeSignal,
+		MessageId:       uuid.NewString(),
+		Sender:          coord.RuntimeSender,
+		TimestampUnixMs: time.Now().UnixMilli(),
+		Payload:         payload,
+	}
+}
