@@ -257,9 +257,10 @@ func (c Checker) Check(ctx context.Context, acked []Acked) *Report {
 
 // StreamHistory reads a session's history with a StreamSession passive
 // subscription (RFC-MACP-0006 §3.2): one StreamSessionRequest with
-// subscribe_session_id and after_sequence 0, then envelopes until the
-// server ends the stream, a terminal envelope arrives, or none arrives for
-// Idle.
+// subscribe_session_id and after_sequence 0, then the session's envelopes
+// until the server ends the stream, a terminal envelope arrives, or none
+// of the session's envelopes arrives for Idle. Envelopes of no or another
+// session (heartbeat Signals) are skipped.
 type StreamHistory struct {
 	Client macpv1.MACPRuntimeServiceClient
 	// Identity is the dev bearer identity subscribing (the initiator or a
@@ -336,7 +337,10 @@ func (s StreamHistory) History(ctx context.Context, sessionID string) ([]*macpv1
 				return nil, fmt.Errorf("%s: %s", e.GetCode(), e.GetMessage())
 			}
 			env := f.r.GetEnvelope()
-			if env == nil || (env.GetSessionId() != "" && env.GetSessionId() != sessionID) {
+			// Only the session's own envelopes are history: ambient
+			// frames on the stream (macpd's heartbeat Signals carry no
+			// session id) neither count nor keep the read alive.
+			if env == nil || env.GetSessionId() != sessionID {
 				continue
 			}
 			envs = append(envs, env)

@@ -201,16 +201,32 @@ func (s *streamServer) StreamSession(st grpc.BidiStreamingServer[macpv1.StreamSe
 	if err != nil {
 		return status.Error(codes.NotFound, err.Error())
 	}
+	heartbeat := &macpv1.StreamSessionResponse{Response: &macpv1.StreamSessionResponse_Envelope{Envelope: &macpv1.Envelope{MessageType: "Signal", MessageId: "hb"}}}
 	for _, e := range envs {
 		if err := st.Send(&macpv1.StreamSessionResponse{Response: &macpv1.StreamSessionResponse_Envelope{Envelope: e}}); err != nil {
+			return err
+		}
+		if err := st.Send(heartbeat); err != nil {
 			return err
 		}
 	}
 	if strings.HasPrefix(req.GetSubscribeSessionId(), "ends") {
 		return nil // end the stream after the history (else stay open)
 	}
-	<-st.Context().Done()
-	return nil
+	// Stay open, with heartbeats (ambient Signals) that must neither
+	// count as history nor keep the read from going idle.
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-st.Context().Done():
+			return nil
+		case <-t.C:
+			if err := st.Send(heartbeat); err != nil {
+				return nil
+			}
+		}
+	}
 }
 
 func TestStreamHistory(t *testing.T) {
