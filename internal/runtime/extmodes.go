@@ -1,12 +1,81 @@
 package runtime
 
 import (
+	"context"
+	"fmt"
+
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/passthrough"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"google.golang.org/protobuf/proto"
 )
+
+// Registered extension modes are stored durably (store meta key
+// "mode/<id>", value: one state byte then the ModeDescriptor) before a
+// registration is acknowledged, so their sessions survive a restart.
+// Unregistered modes stay stored as retired: sessions bound to them still
+// replay, and the name can only be registered again with the identical
+// descriptor.
+const (
+	modeActive   = 'E' // registered extension mode
+	modeStandard = 'S' // promoted to standards-track
+	modeRetired  = 'R' // unregistered; kept for replay
+)
+
+func modeKey(id string) string { return "mode/" + id }
+
+func (r *Runtime) persistMode(state byte, d *macpv1.ModeDescriptor) *coord.Error {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(d)
+	if err != nil {
+		return coord.Errorf(coord.CodeInternalError, "encoding mode descriptor")
+	}
+	if err := r.store.PutMeta(context.Background(), modeKey(d.Mode), append([]byte{state}, b...)); err != nil {
+		r.log.Error("storing mode registration failed", "mode", d.Mode, "err", err)
+		return coord.Errorf(coord.CodeInternalError, "the mode registration could not be stored")
+	}
+	return nil
+}
+
+// loadModes restores durable registrations at boot.
+func (r *Runtime) loadModes(ctx context.Context) error {
+	reg := r.modes.Load()
+	err := r.store.ListMeta(ctx, "mode/", func(key string, val []byte) error {
+		if len(val) < 1 {
+			return fmt.Errorf("%s: empty value", key)
+		}
+		var d macpv1.ModeDescriptor
+		if err := proto.Unmarshal(val[1:], &d); err != nil {
+			return fmt.Errorf("%s: %w", key, err)
+		}
+		nd, err := passthrough.Validate(&d)
+		if err != nil {
+			return fmt.Errorf("%s: %w", key, err)
+		}
+		if e, builtin := reg.Lookup(nd.Mode); builtin && e.BuiltIn {
+			return nil // a built-in mode of this build wins
+		}
+		e := mode.Entry{Mode: passthrough.New(nd), Kind: mode.Extension}
+		switch val[0] {
+		case modeActive:
+			reg = reg.With(e)
+		case modeStandard:
+			e.Kind = mode.Standard
+			reg = reg.With(e)
+		case modeRetired:
+			r.retired[nd.Mode] = e
+		default:
+			return fmt.Errorf("%s: unknown state %q", key, val[0])
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	r.modes.Store(reg)
+	return nil
+}
 
 // Extension-mode lifecycle (RFC-MACP-0002 §12, RFC-MACP-0006 §3.6). Every
 // change swaps the registry atomically and notifies WatchModeRegistry.
@@ -34,6 +103,14 @@ func (r *Runtime) RegisterExtMode(id coord.Identity, d *macpv1.ModeDescriptor) *
 	if _, exists := reg.Lookup(nd.Mode); exists {
 		return coord.Errorf(coord.CodeInvalidEnvelope, "mode %q is already registered", nd.Mode)
 	}
+	if old, was := r.retired[nd.Mode]; was && !proto.Equal(old.Mode.Descriptor(), nd) {
+		return coord.Errorf(coord.CodeInvalidEnvelope,
+			"mode %q was registered before with another descriptor and still has stored sessions; choose a new name", nd.Mode)
+	}
+	if err := r.persistMode(modeActive, nd); err != nil {
+		return err
+	}
+	delete(r.retired, nd.Mode)
 	r.SetModes(reg.With(mode.Entry{Mode: passthrough.New(nd), Kind: mode.Extension}))
 	r.log.Info("extension mode registered", "mode", nd.Mode, "by", id.Sender)
 	return nil
@@ -57,6 +134,10 @@ func (r *Runtime) UnregisterExtMode(id coord.Identity, name string) *coord.Error
 	case e.Kind == mode.Standard:
 		return coord.Errorf(coord.CodeForbidden, "mode %q is standards-track and cannot be unregistered", name)
 	}
+	if err := r.persistMode(modeRetired, e.Mode.Descriptor()); err != nil {
+		return err
+	}
+	r.retired[name] = e
 	r.SetModes(reg.Without(name))
 	r.log.Info("extension mode unregistered", "mode", name, "by", id.Sender)
 	return nil
@@ -80,6 +161,11 @@ func (r *Runtime) PromoteMode(id coord.Identity, name, newName string) (string, 
 		return "", coord.Errorf(coord.CodeInvalidEnvelope, "mode %q is already standards-track", name)
 	}
 	if newName == "" || newName == name {
+		if !e.BuiltIn {
+			if err := r.persistMode(modeStandard, e.Mode.Descriptor()); err != nil {
+				return "", err
+			}
+		}
 		e.Kind = mode.Standard
 		r.SetModes(reg.With(e))
 		return name, nil
@@ -100,6 +186,13 @@ func (r *Runtime) PromoteMode(id coord.Identity, name, newName string) (string, 
 		DeterminismClass: d.DeterminismClass, ParticipantModel: d.ParticipantModel,
 		MessageTypes: d.MessageTypes, TerminalMessageTypes: d.TerminalMessageTypes, SchemaUris: d.SchemaUris,
 	}
+	if err := r.persistMode(modeStandard, nd); err != nil {
+		return "", err
+	}
+	if err := r.persistMode(modeRetired, d); err != nil {
+		return "", err
+	}
+	r.retired[name] = e
 	r.SetModes(reg.Without(name).With(mode.Entry{Mode: passthrough.New(nd), Kind: mode.Standard}))
 	r.log.Info("extension mode promoted", "mode", name, "as", newName, "by", id.Sender)
 	return newName, nil

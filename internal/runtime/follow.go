@@ -121,9 +121,9 @@ var ErrFollowEnded = errors.New("runtime: session ended")
 // declared participants and observers may follow (FORBIDDEN); an unknown
 // session is SESSION_NOT_FOUND.
 func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID string, after uint64, opts FollowOptions, fn func(session.Record) error) error {
-	o := r.lookup(sessionID)
-	if o == nil {
-		return coord.Errorf(coord.CodeSessionNotFound, "session %s not found", sessionID)
+	o, cerr := r.sessionOwner(ctx, sessionID)
+	if cerr != nil {
+		return cerr
 	}
 	allowed := false
 	if err := r.readDurable(ctx, o, func(s *session.Session) { allowed = visible(id, s) }); err != nil {

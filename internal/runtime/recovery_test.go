@@ -119,16 +119,40 @@ func TestRecoveryOverSameStore(t *testing.T) {
 	}
 }
 
-// Start fails cleanly when the stored history cannot be replayed (mode
-// missing): the runtime must not come up with a partial view.
-func TestRecoveryFailsOnUnreplayableHistory(t *testing.T) {
+// A stored session that cannot be replayed (here: its mode is missing) is
+// quarantined, not dropped: Start succeeds, the session is listed as
+// quarantined and every access answers INTERNAL_ERROR naming the reason
+// (issue #4 recovery). With StrictRecovery, Start refuses instead.
+func TestRecoveryQuarantinesUnreplayableHistory(t *testing.T) {
 	mem := memstore.New()
 	r1 := newRT(t, mem, Options{})
-	openSession(t, r1, 0)
+	sid := openSession(t, r1, 0)
 	r1.Close()
+
+	strict := New(mem, emptyModes(), defaultPolicies, Options{StrictRecovery: true})
+	if err := strict.Start(context.Background()); err == nil {
+		strict.Close()
+		t.Fatal("strict recovery started without the session's mode")
+	}
+
 	r2 := New(mem, emptyModes(), defaultPolicies, Options{})
-	if err := r2.Start(context.Background()); err == nil {
-		r2.Close()
-		t.Fatal("Start succeeded without the session's mode")
+	if err := r2.Start(context.Background()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer r2.Close()
+	if _, ok := r2.Quarantined()[sid]; !ok {
+		t.Fatalf("session not quarantined: %v", r2.Quarantined())
+	}
+	if _, err := r2.GetSession(context.Background(), initID, sid); err == nil || err.Code != coord.CodeInternalError {
+		t.Fatalf("GetSession of a quarantined session: %v", err)
+	}
+	ack := r2.Send(context.Background(), initID, proposalEnv(sid, "late"))
+	wantCode(t, ack, coord.CodeInternalError)
+	listed := false
+	for _, md := range r2.ListSessions(context.Background(), observerID) {
+		listed = listed || md.SessionId == sid
+	}
+	if !listed {
+		t.Fatal("quarantined session not listed to observers")
 	}
 }

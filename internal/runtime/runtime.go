@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -31,6 +30,19 @@ type Options struct {
 	MaxCommitBatch int
 	// SubscriberBuffer bounds each watch subscriber's queue.
 	SubscriberBuffer int
+	// MaxWatchPending caps the distinct sessions a coalescing lifecycle
+	// watcher may have pending (watch.go); beyond it the watcher is ended
+	// and must re-sync. Default DefaultMaxWatchPending.
+	MaxWatchPending int
+	// StrictRecovery refuses to start when a stored session fails
+	// integrity checks or replay, instead of quarantining it.
+	StrictRecovery bool
+	// Retention purges whole terminal sessions that ended longer ago than
+	// this; 0 keeps history forever (the default).
+	Retention time.Duration
+	// EvictAfter drops terminal sessions from memory this long after they
+	// ended (they are reloaded from the store on demand); 0 keeps them.
+	EvictAfter time.Duration
 	// Now is the clock; defaults to time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -67,13 +79,15 @@ type Runtime struct {
 	opts     Options
 	store    store.Store
 	modes    atomic.Pointer[mode.Registry]
-	regMu    sync.Mutex // serializes registry changes
+	regMu    sync.Mutex            // serializes registry changes; guards retired
+	retired  map[string]mode.Entry // unregistered modes that stored sessions may still need
 	policies policy.Lookup
 	log      *slog.Logger
 
-	mu       sync.RWMutex
-	sessions map[string]*owner
-	openBy   map[string]int // OPEN sessions per initiator (durable or in flight)
+	mu          sync.RWMutex
+	sessions    map[string]*owner
+	openBy      map[string]int    // OPEN sessions per initiator (durable or in flight)
+	quarantined map[string]string // session id -> why its history cannot be used
 
 	commits chan *commitReq
 	timers  *timerLoop
@@ -87,8 +101,9 @@ type Runtime struct {
 
 	// Signals carries every accepted ambient Signal/Progress envelope.
 	Signals *Hub[*macpv1.Envelope]
-	// Lifecycle carries CREATED/RESOLVED/EXPIRED events after they are durable.
-	Lifecycle *Hub[LifecycleEvent]
+	// Lifecycle carries CREATED/RESOLVED/EXPIRED events after they are
+	// durable, to Hub subscribers and coalescing watchers (watch.go).
+	Lifecycle *LifecycleFeed
 	// Registry carries mode-registry change hints.
 	Registry *Hub[int64]
 }
@@ -177,17 +192,19 @@ type commitReq struct {
 func New(st store.Store, modes *mode.Registry, policies policy.Lookup, opts Options) *Runtime {
 	opts.ensureDefaults()
 	r := &Runtime{
-		opts:      opts,
-		store:     st,
-		policies:  policies,
-		log:       opts.Logger,
-		sessions:  make(map[string]*owner),
-		openBy:    make(map[string]int),
-		commits:   make(chan *commitReq, 4096),
-		stop:      make(chan struct{}),
-		Signals:   NewHub[*macpv1.Envelope](opts.SubscriberBuffer),
-		Lifecycle: NewHub[LifecycleEvent](opts.SubscriberBuffer),
-		Registry:  NewHub[int64](16),
+		opts:        opts,
+		store:       st,
+		policies:    policies,
+		log:         opts.Logger,
+		sessions:    make(map[string]*owner),
+		quarantined: make(map[string]string),
+		retired:     make(map[string]mode.Entry),
+		openBy:      make(map[string]int),
+		commits:     make(chan *commitReq, 4096),
+		stop:        make(chan struct{}),
+		Signals:     NewHub[*macpv1.Envelope](opts.SubscriberBuffer),
+		Lifecycle:   NewLifecycleFeed(opts.SubscriberBuffer, opts.MaxWatchPending),
+		Registry:    NewHub[int64](16),
 	}
 	r.modes.Store(modes)
 	r.timers = newTimerLoop(opts.Now, r.expireByTimer)
@@ -201,6 +218,8 @@ func (r *Runtime) Start(ctx context.Context) error {
 	}
 	r.wg.Add(2)
 	go func() { defer r.wg.Done(); r.commitLoop() }()
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); r.housekeeping() }()
 	go func() { defer r.wg.Done(); r.timers.run(r.stop) }()
 	return nil
 }
@@ -237,37 +256,13 @@ func (r *Runtime) deps() session.Deps {
 	return session.Deps{Modes: r.modes.Load(), Policies: r.policies, Limits: r.opts.Limits}
 }
 
-// recover rebuilds every stored session by replay.
-func (r *Runtime) recover(ctx context.Context) error {
-	var ids []string
-	if err := r.store.Sessions(ctx, func(id string) error { ids = append(ids, id); return nil }); err != nil {
-		return fmt.Errorf("runtime: listing stored sessions: %w", err)
-	}
-	for _, id := range ids {
-		s, err := r.replay(ctx, id)
-		if err != nil {
-			return fmt.Errorf("runtime: recovering session %s: %w", id, err)
-		}
-		o := &owner{id: id, initiator: s.Binding.Initiator, sess: s, durableSeq: s.Seq, durableCh: make(chan struct{})}
-		r.sessions[id] = o
-		if s.Status == session.Open {
-			r.openBy[s.Binding.Initiator]++
-			r.timers.add(id, s.DeadlineMs)
-		}
-	}
-	if len(ids) > 0 {
-		r.log.Info("recovered sessions", "count", len(ids))
-	}
-	return nil
-}
-
 // replay folds a session's stored history through the core.
 func (r *Runtime) replay(ctx context.Context, id string) (*session.Session, error) {
 	var s *session.Session
 	err := r.store.Read(ctx, id, 1, func(rec session.Record) error {
 		if s == nil {
 			var err error
-			s, err = session.Restore(rec, r.modes.Load())
+			s, err = session.Restore(rec, replayModes{r})
 			return err
 		}
 		return s.Apply(rec, r.opts.Limits)
@@ -436,9 +431,9 @@ func (r *Runtime) lookup(id string) *owner {
 // lockSession finds and locks a session's owner, healing it if a previous
 // append failed. It returns nil if the session is unknown.
 func (r *Runtime) lockSession(ctx context.Context, id string) (*owner, *coord.Error) {
-	o := r.lookup(id)
-	if o == nil {
-		return nil, coord.Errorf(coord.CodeSessionNotFound, "session %s not found", id)
+	o, cerr := r.sessionOwner(ctx, id)
+	if cerr != nil {
+		return nil, cerr
 	}
 	o.mu.Lock()
 	if o.sess == nil {
@@ -552,8 +547,10 @@ func (r *Runtime) startSession(ctx context.Context, id coord.Identity, env *macp
 	now := r.nowMs()
 	// An existing session answers for itself: a resend of its SessionStart
 	// is a duplicate, anything else SESSION_ALREADY_EXISTS.
-	if o := r.lookup(env.SessionId); o != nil {
+	if _, cerr := r.sessionOwner(ctx, env.SessionId); cerr == nil {
 		return r.step(ctx, env)
+	} else if cerr.Code != coord.CodeSessionNotFound {
+		return nackFor(env, cerr, 0)
 	}
 	s, rec, err := session.Start(env, now, r.deps())
 	if err != nil {
@@ -759,7 +756,17 @@ func (r *Runtime) readDurable(ctx context.Context, o *owner, fn func(*session.Se
 func (r *Runtime) GetSession(ctx context.Context, id coord.Identity, sessionID string) (*macpv1.SessionMetadata, *coord.Error) {
 	o := r.lookup(sessionID)
 	if o == nil {
-		return nil, coord.Errorf(coord.CodeSessionNotFound, "session %s not found", sessionID)
+		// A terminal session on disk answers from its final metadata.
+		if md, ok := r.storedMetadata(ctx, sessionID); ok {
+			if !MayObserveMetadata(id, md) {
+				return nil, coord.Errorf(coord.CodeForbidden, "%s may not read session %s", id.Sender, sessionID)
+			}
+			return md, nil
+		}
+		var cerr *coord.Error
+		if o, cerr = r.sessionOwner(ctx, sessionID); cerr != nil {
+			return nil, cerr
+		}
 	}
 	var md *macpv1.SessionMetadata
 	allowed := false
@@ -779,9 +786,9 @@ func (r *Runtime) GetSession(ctx context.Context, id coord.Identity, sessionID s
 // Inspect calls fn with the durable session under its lock, without
 // authorization (for in-process tests and tools).
 func (r *Runtime) Inspect(ctx context.Context, sessionID string, fn func(*session.Session)) *coord.Error {
-	o := r.lookup(sessionID)
-	if o == nil {
-		return coord.Errorf(coord.CodeSessionNotFound, "session %s not found", sessionID)
+	o, cerr := r.sessionOwner(ctx, sessionID)
+	if cerr != nil {
+		return cerr
 	}
 	return r.readDurable(ctx, o, fn)
 }
@@ -789,14 +796,37 @@ func (r *Runtime) Inspect(ctx context.Context, sessionID string, fn func(*sessio
 // ListSessions returns the metadata of every session id may see, OPEN and
 // terminal, sorted by start time then id.
 func (r *Runtime) ListSessions(ctx context.Context, id coord.Identity) []*macpv1.SessionMetadata {
-	r.mu.RLock()
-	owners := make([]*owner, 0, len(r.sessions))
-	for _, o := range r.sessions {
-		owners = append(owners, o)
+	// The store lists every durable session; resident sessions answer with
+	// their live durable state, terminal ones on disk with their final
+	// metadata, quarantined ones (to observers) with their id only.
+	var infos []store.SessionInfo
+	if err := r.store.List(ctx, func(info store.SessionInfo) error {
+		infos = append(infos, info)
+		return nil
+	}); err != nil {
+		r.log.Error("listing sessions failed", "err", err)
 	}
-	r.mu.RUnlock()
-	out := make([]*macpv1.SessionMetadata, 0, len(owners))
-	for _, o := range owners {
+	out := make([]*macpv1.SessionMetadata, 0, len(infos))
+	for _, info := range infos {
+		if _, q := r.quarantineReason(info.SessionID); q || info.Quarantined != "" {
+			if id.Caps.IsObserver {
+				out = append(out, &macpv1.SessionMetadata{SessionId: info.SessionID})
+			}
+			continue
+		}
+		o := r.lookup(info.SessionID)
+		if o == nil && info.Final != nil {
+			if MayObserveMetadata(id, info.Final) {
+				out = append(out, info.Final)
+			}
+			continue
+		}
+		if o == nil {
+			var cerr *coord.Error
+			if o, cerr = r.sessionOwner(ctx, info.SessionID); cerr != nil {
+				continue
+			}
+		}
 		_ = r.readDurable(ctx, o, func(s *session.Session) {
 			if visible(id, s) {
 				out = append(out, s.Metadata())

@@ -1,0 +1,261 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/mode"
+	"github.com/macpd/macpd/internal/session"
+	"github.com/macpd/macpd/internal/store"
+)
+
+// Loading, recovery, quarantine and housekeeping.
+//
+// Memory holds the OPEN sessions (all of them, from boot on) and the
+// terminal sessions someone touched recently. A terminal session that is
+// not in memory is answered from the store: GetSession and ListSessions
+// from its stored final metadata, anything else (a resent message, a
+// subscription) by loading it through replay. So startup time and memory
+// grow with open sessions, not with all history (issue #4).
+//
+// A session whose history fails integrity checks or does not replay is
+// quarantined: it stays listed (to observers) and queryable, every
+// operation on it answers INTERNAL_ERROR naming the reason, and it is
+// never dropped or purged. With Options.StrictRecovery the runtime refuses
+// to start instead.
+
+func quarantineErr(id, reason string) *coord.Error {
+	return coord.Errorf(coord.CodeInternalError, "session %s is quarantined: %s", id, reason)
+}
+
+func (r *Runtime) quarantine(id, reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.quarantined[id]; !ok {
+		r.log.Error("session quarantined", "session_id", id, "reason", reason)
+	}
+	r.quarantined[id] = reason
+}
+
+func (r *Runtime) quarantineReason(id string) (string, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	reason, ok := r.quarantined[id]
+	return reason, ok
+}
+
+// Quarantined lists quarantined sessions and why (diagnostics, tests).
+func (r *Runtime) Quarantined() map[string]string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make(map[string]string, len(r.quarantined))
+	for k, v := range r.quarantined {
+		out[k] = v
+	}
+	return out
+}
+
+// sessionOwner returns a session's owner, loading the session from the
+// store if it is not in memory. Unknown sessions are SESSION_NOT_FOUND,
+// quarantined ones INTERNAL_ERROR.
+func (r *Runtime) sessionOwner(ctx context.Context, id string) (*owner, *coord.Error) {
+	if o := r.lookup(id); o != nil {
+		return o, nil
+	}
+	if reason, q := r.quarantineReason(id); q {
+		return nil, quarantineErr(id, reason)
+	}
+	info, err := r.store.Info(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalid):
+		return nil, coord.Errorf(coord.CodeSessionNotFound, "session %s not found", id)
+	case err != nil:
+		r.log.Error("reading session summary failed", "session_id", id, "err", err)
+		return nil, coord.Errorf(coord.CodeInternalError, "session %s is unavailable", id)
+	case info.Quarantined != "":
+		r.quarantine(id, info.Quarantined)
+		return nil, quarantineErr(id, info.Quarantined)
+	}
+	s, err := r.replay(ctx, id)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, coord.Errorf(coord.CodeSessionNotFound, "session %s not found", id)
+		}
+		if ctx.Err() != nil {
+			return nil, coord.Errorf(coord.CodeInternalError, "request cancelled")
+		}
+		r.quarantine(id, err.Error())
+		return nil, quarantineErr(id, err.Error())
+	}
+	return r.adopt(s), nil
+}
+
+// adopt makes a replayed session resident, unless another goroutine did
+// first (then that owner wins).
+func (r *Runtime) adopt(s *session.Session) *owner {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if o := r.sessions[s.ID]; o != nil {
+		return o
+	}
+	o := &owner{id: s.ID, initiator: s.Binding.Initiator, sess: s, durableSeq: s.Seq, durableCh: make(chan struct{})}
+	r.sessions[s.ID] = o
+	if s.Status == session.Open {
+		r.openBy[s.Binding.Initiator]++
+		r.timers.add(s.ID, s.DeadlineMs)
+	}
+	return o
+}
+
+// replayModes resolves modes for replay: the registered ones, then modes
+// that were unregistered but still have stored sessions.
+type replayModes struct{ r *Runtime }
+
+func (m replayModes) Lookup(id string) (e mode.Entry, ok bool) {
+	if e, ok = m.r.modes.Load().Lookup(id); ok {
+		return e, true
+	}
+	m.r.regMu.Lock()
+	defer m.r.regMu.Unlock()
+	e, ok = m.r.retired[id]
+	return e, ok
+}
+
+// recover restores durable extension modes, then loads every OPEN session
+// by replay. Terminal sessions stay on disk until asked for. A session
+// whose deadline passed while the runtime was down expires right away (its
+// timer is already due) with an Expire record.
+func (r *Runtime) recover(ctx context.Context) error {
+	start := time.Now()
+	if err := r.loadModes(ctx); err != nil {
+		return fmt.Errorf("runtime: restoring extension modes: %w", err)
+	}
+	var open, terminal, quarantined int
+	var infos []store.SessionInfo
+	err := r.store.List(ctx, func(info store.SessionInfo) error {
+		switch {
+		case info.Quarantined != "":
+			quarantined++
+			if r.opts.StrictRecovery {
+				return fmt.Errorf("session %s: %s", info.SessionID, info.Quarantined)
+			}
+			r.quarantined[info.SessionID] = info.Quarantined
+			r.log.Error("session quarantined", "session_id", info.SessionID, "reason", info.Quarantined)
+		case info.Status == session.Open:
+			infos = append(infos, info)
+		default:
+			terminal++
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("runtime: listing stored sessions: %w", err)
+	}
+	for _, info := range infos {
+		s, err := r.replay(ctx, info.SessionID)
+		if err != nil {
+			if r.opts.StrictRecovery {
+				return fmt.Errorf("runtime: recovering session %s: %w", info.SessionID, err)
+			}
+			quarantined++
+			r.quarantined[info.SessionID] = err.Error()
+			r.log.Error("session quarantined", "session_id", info.SessionID, "reason", err.Error())
+			continue
+		}
+		r.adopt(s)
+		open++
+	}
+	if open+terminal+quarantined > 0 {
+		r.log.Info("recovered", "open_sessions", open, "terminal_sessions_on_disk", terminal,
+			"quarantined", quarantined, "took", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// housekeeping runs retention and eviction until stop closes.
+func (r *Runtime) housekeeping() {
+	every := time.Minute
+	if r.opts.Retention > 0 && r.opts.Retention/10 < every {
+		every = max(r.opts.Retention/10, 10*time.Millisecond)
+	}
+	if r.opts.EvictAfter > 0 && r.opts.EvictAfter < every {
+		every = max(r.opts.EvictAfter, 10*time.Millisecond)
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+			r.evictIdle()
+			if r.opts.Retention > 0 {
+				r.purgeExpired(context.Background())
+			}
+		}
+	}
+}
+
+// evictIdle drops terminal sessions that ended more than EvictAfter ago
+// and have nothing in flight and no followers; they are reloaded from the
+// store if touched again (their dedup set included).
+func (r *Runtime) evictIdle() {
+	if r.opts.EvictAfter <= 0 {
+		return
+	}
+	cutoff := r.nowMs() - r.opts.EvictAfter.Milliseconds()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, o := range r.sessions {
+		if !o.mu.TryLock() {
+			continue
+		}
+		idle := o.sess != nil && o.sess.Status.Terminal() && o.sess.ClosedAtMs < cutoff && o.broken.Load() == 0
+		if idle {
+			o.durableMu.Lock()
+			idle = o.pending == 0 && len(o.followers) == 0 && o.durableSeq == o.sess.Seq
+			o.durableMu.Unlock()
+		}
+		if idle {
+			delete(r.sessions, id)
+		}
+		o.mu.Unlock()
+	}
+}
+
+// purgeExpired deletes whole terminal sessions that ended more than
+// Retention ago (never part of one; never quarantined ones).
+func (r *Runtime) purgeExpired(ctx context.Context) {
+	cutoff := r.nowMs() - r.opts.Retention.Milliseconds()
+	var victims []string
+	_ = r.store.List(ctx, func(info store.SessionInfo) error {
+		if info.Quarantined == "" && info.Status.Terminal() && info.LastAcceptedMs < cutoff {
+			victims = append(victims, info.SessionID)
+		}
+		return nil
+	})
+	for _, id := range victims {
+		if err := r.store.Purge(ctx, id); err != nil {
+			r.log.Error("retention purge failed", "session_id", id, "err", err)
+			continue
+		}
+		r.mu.Lock()
+		delete(r.sessions, id)
+		r.mu.Unlock()
+		r.log.Info("session purged by retention", "session_id", id)
+	}
+}
+
+// storedMetadata answers GetSession for a terminal session that is not in
+// memory from its stored final metadata.
+func (r *Runtime) storedMetadata(ctx context.Context, id string) (*macpv1.SessionMetadata, bool) {
+	info, err := r.store.Info(ctx, id)
+	if err != nil || info.Quarantined != "" || info.Final == nil {
+		return nil, false
+	}
+	return info.Final, true
+}
