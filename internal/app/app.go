@@ -95,6 +95,9 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 	rt := runtime.New(st, BuiltinModes(), policy.DefaultOnly{}, runtime.Options{
 		Limits:                      lim,
 		MaxOpenSessionsPerInitiator: cfg.MaxOpenSessions,
+		StrictRecovery:              cfg.StrictRecovery,
+		Retention:                   cfg.Retention,
+		EvictAfter:                  cfg.EvictAfter,
 		Logger:                      log,
 	})
 	// Authenticators in chain order (JWT, static tokens, client

@@ -20,6 +20,16 @@ type Config struct {
 	DataDir string
 	// MemoryOnly keeps history in memory only (MACP_MEMORY_ONLY).
 	MemoryOnly bool
+	// StrictRecovery refuses to start when stored history fails integrity
+	// checks or replay, instead of quarantining the session
+	// (MACP_STRICT_RECOVERY).
+	StrictRecovery bool
+	// Retention purges whole terminal sessions that ended longer ago; 0
+	// keeps history forever (MACP_SESSION_RETENTION_SECS).
+	Retention time.Duration
+	// EvictAfter drops ended sessions from memory after this long; they are
+	// reloaded from the store on demand (MACP_EVICT_AFTER_MS).
+	EvictAfter time.Duration
 	// AllowInsecure permits plaintext transport and dev bearer identities
 	// (MACP_ALLOW_INSECURE). Never use it in production.
 	AllowInsecure bool
@@ -65,6 +75,7 @@ func Default() Config {
 		LogFormat:       "text",
 		ShutdownGrace:   10 * time.Second,
 		StreamHeartbeat: 100 * time.Millisecond,
+		EvictAfter:      5 * time.Minute,
 	}
 }
 
@@ -96,6 +107,12 @@ func (c *Config) Validate() error {
 	}
 	if c.StartSkew < 0 {
 		bad("MACP_START_SKEW_MS (--start-skew) %v must not be negative (0 = unchecked)", c.StartSkew)
+	}
+	if c.Retention < 0 {
+		bad("MACP_SESSION_RETENTION_SECS (--retention) %v must not be negative", c.Retention)
+	}
+	if c.EvictAfter < 0 {
+		bad("MACP_EVICT_AFTER_MS (--evict-after) %v must not be negative", c.EvictAfter)
 	}
 	if c.StreamHeartbeat < 0 {
 		bad("MACP_STREAM_HEARTBEAT_MS (--stream-heartbeat) %v must not be negative", c.StreamHeartbeat)
@@ -180,6 +197,16 @@ func (c *Config) FromEnv(lookup Env) error {
 	str("MACP_BIND_ADDR", &c.BindAddr)
 	str("MACP_DATA_DIR", &c.DataDir)
 	boolean("MACP_MEMORY_ONLY", &c.MemoryOnly)
+	boolean("MACP_STRICT_RECOVERY", &c.StrictRecovery)
+	millis("MACP_EVICT_AFTER_MS", &c.EvictAfter)
+	if v, ok := lookup("MACP_SESSION_RETENTION_SECS"); ok && v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || n > int64(math.MaxInt64/int64(time.Second)) {
+			errs = append(errs, fmt.Errorf("MACP_SESSION_RETENTION_SECS: %q is not a number of seconds", v))
+		} else {
+			c.Retention = time.Duration(n) * time.Second
+		}
+	}
 	boolean("MACP_ALLOW_INSECURE", &c.AllowInsecure)
 	str("MACP_TLS_CERT_PATH", &c.TLSCertPath)
 	str("MACP_TLS_KEY_PATH", &c.TLSKeyPath)
@@ -212,6 +239,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.BindAddr, "addr", c.BindAddr, "gRPC listen address (MACP_BIND_ADDR)")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for durable state (MACP_DATA_DIR)")
 	fs.BoolVar(&c.MemoryOnly, "memory-only", c.MemoryOnly, "keep history in memory only (MACP_MEMORY_ONLY)")
+	fs.BoolVar(&c.StrictRecovery, "strict-recovery", c.StrictRecovery, "refuse to start if stored history fails verification, instead of quarantining the session (MACP_STRICT_RECOVERY)")
+	fs.DurationVar(&c.Retention, "retention", c.Retention, "purge terminal sessions that ended longer ago than this, 0 = keep forever (MACP_SESSION_RETENTION_SECS)")
+	fs.DurationVar(&c.EvictAfter, "evict-after", c.EvictAfter, "drop ended sessions from memory after this long, 0 = never (MACP_EVICT_AFTER_MS)")
 	fs.BoolVar(&c.AllowInsecure, "insecure", c.AllowInsecure, "serve plaintext and accept dev bearer identities; development only (MACP_ALLOW_INSECURE)")
 	fs.StringVar(&c.TLSCertPath, "tls-cert", c.TLSCertPath, "TLS certificate file (MACP_TLS_CERT_PATH)")
 	fs.StringVar(&c.TLSKeyPath, "tls-key", c.TLSKeyPath, "TLS private key file (MACP_TLS_KEY_PATH)")
