@@ -41,8 +41,8 @@
 //
 // # Index entries
 //
-// The per-session summary (store.SessionInfo) is stored as
-// macpd.store.v1.SessionIndex with deterministic marshalling. It is derived
+// The per-session summary (store.SessionInfo without Quarantined) is stored
+// as macpd.store.v1.SessionIndex with deterministic marshalling. It is derived
 // data: InfoOf(last record) recomputes it, and stores cross-check it with
 // CheckIndex against the last record, whose hash is self-checked.
 package record
@@ -276,7 +276,6 @@ func EncodeIndex(info store.SessionInfo) ([]byte, error) {
 		LastAcceptedMs: info.LastAcceptedMs,
 		LastHash:       info.LastHash,
 		Final:          info.Final,
-		Quarantined:    info.Quarantined,
 	})
 }
 
@@ -293,7 +292,6 @@ func DecodeIndex(b []byte, sessionID string) (store.SessionInfo, error) {
 		LastAcceptedMs: pb.LastAcceptedMs,
 		LastHash:       pb.LastHash,
 		Final:          pb.Final,
-		Quarantined:    pb.Quarantined,
 	}
 	switch {
 	case pb.SessionId != sessionID:

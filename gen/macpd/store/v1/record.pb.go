@@ -337,16 +337,18 @@ func (x *Record) GetHash() []byte {
 
 // SessionIndex is the per-session summary a store keeps beside the
 // records, so that listing does not read histories. It is derived data:
-// the last record is the authority, and a store cross-checks the two.
+// the last record is the authority, and a store cross-checks the two. A
+// quarantine mark is kept apart from it (a store writes it when the
+// session's records or this entry fail verification, so it must not depend
+// on this entry decoding).
 type SessionIndex struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	SessionId      string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	LastSeq        uint64                 `protobuf:"varint,2,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
 	Status         v1.SessionState        `protobuf:"varint,3,opt,name=status,proto3,enum=macp.v1.SessionState" json:"status,omitempty"`
 	LastAcceptedMs int64                  `protobuf:"varint,4,opt,name=last_accepted_ms,json=lastAcceptedMs,proto3" json:"last_accepted_ms,omitempty"`
-	LastHash       []byte                 `protobuf:"bytes,5,opt,name=last_hash,json=lastHash,proto3" json:"last_hash,omitempty"`
-	Final          *v1.SessionMetadata    `protobuf:"bytes,6,opt,name=final,proto3" json:"final,omitempty"`
-	Quarantined    string                 `protobuf:"bytes,7,opt,name=quarantined,proto3" json:"quarantined,omitempty"` // non-empty: why the history failed verification
+	LastHash       []byte                 `protobuf:"bytes,5,opt,name=last_hash,json=lastHash,proto3" json:"last_hash,omitempty"` // hash of the last record: the final session hash once terminal
+	Final          *v1.SessionMetadata    `protobuf:"bytes,6,opt,name=final,proto3" json:"final,omitempty"`                       // from the terminal record
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -423,13 +425,6 @@ func (x *SessionIndex) GetFinal() *v1.SessionMetadata {
 	return nil
 }
 
-func (x *SessionIndex) GetQuarantined() string {
-	if x != nil {
-		return x.Quarantined
-	}
-	return ""
-}
-
 var File_macpd_store_v1_record_proto protoreflect.FileDescriptor
 
 const file_macpd_store_v1_record_proto_rawDesc = "" +
@@ -456,7 +451,7 @@ const file_macpd_store_v1_record_proto_rawDesc = "" +
 	"\x06status\x18\a \x01(\x0e2\x15.macp.v1.SessionStateR\x06status\x12.\n" +
 	"\x05final\x18\b \x01(\v2\x18.macp.v1.SessionMetadataR\x05final\x12\x1b\n" +
 	"\tprev_hash\x18\x0e \x01(\fR\bprevHash\x12\x12\n" +
-	"\x04hash\x18\x0f \x01(\fR\x04hash\"\x90\x02\n" +
+	"\x04hash\x18\x0f \x01(\fR\x04hash\"\xee\x01\n" +
 	"\fSessionIndex\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x19\n" +
@@ -464,8 +459,7 @@ const file_macpd_store_v1_record_proto_rawDesc = "" +
 	"\x06status\x18\x03 \x01(\x0e2\x15.macp.v1.SessionStateR\x06status\x12(\n" +
 	"\x10last_accepted_ms\x18\x04 \x01(\x03R\x0elastAcceptedMs\x12\x1b\n" +
 	"\tlast_hash\x18\x05 \x01(\fR\blastHash\x12.\n" +
-	"\x05final\x18\x06 \x01(\v2\x18.macp.v1.SessionMetadataR\x05final\x12 \n" +
-	"\vquarantined\x18\a \x01(\tR\vquarantined*\x89\x01\n" +
+	"\x05final\x18\x06 \x01(\v2\x18.macp.v1.SessionMetadataR\x05final*\x89\x01\n" +
 	"\n" +
 	"RecordKind\x12\x1b\n" +
 	"\x17RECORD_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +

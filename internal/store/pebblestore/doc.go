@@ -1,0 +1,92 @@
+// Package pebblestore is the embedded durable Store, the default: session
+// history in a Pebble key-value store (github.com/cockroachdb/pebble/v2)
+// under one directory (MACP_DATA_DIR), records in the binary format of
+// package record.
+//
+// # Key layout
+//
+//	f                          format marker: "macpd.store.v1"
+//	h/<session id> 0x00 <seq>  one record (record.Encode), seq as 8 bytes big-endian
+//	i/<session id>             the session's index entry (record.EncodeIndex)
+//	q/<session id>             quarantine mark: why the session failed verification (UTF-8)
+//	m/<key>                    meta value (PutMeta)
+//
+// Session ids never contain NUL (store.ValidSessionID), so a session's
+// records are exactly the keys in [h/<id>\x00, h/<id>\x01), apart from the
+// records of any other session, including ids that extend it; keys sort in
+// session id order, then seq order.
+//
+// # Durability: one sync per Append
+//
+// Append validates the whole batch first (sequence continuity for every
+// session in it, against an in-memory cache of each session's last seq and
+// hash, loaded lazily from the index and checked against the last record),
+// then writes every record and one index update per session in ONE
+// pebble.Batch committed with pebble.Sync: the batch goes to the write-ahead
+// log, which is fsynced before Commit returns. Pebble applies a batch
+// atomically, in the WAL and on recovery, so a batch is present after a
+// crash entirely or not at all. Append calls are serialized; group commit
+// across sessions is the caller's batching (the runtime's committer sends
+// one Append per group), so concurrent sessions share one sync.
+//
+// # Recovery
+//
+// On Open, Pebble replays the WAL. A crash in the middle of writing a batch
+// leaves a torn tail in the last WAL file: a truncated chunk, or a chunk
+// with a bad checksum or zeroes (preallocated or recycled space) after
+// which no valid chunk follows. Pebble's WAL reader reads ahead to tell
+// such a tail from damage in the middle, reports the tail as
+// record.ErrUnexpectedEOF and, for the most recent WAL, treats it as the
+// end of the log: the partial batch is dropped and every earlier batch,
+// each fsynced before its Append returned, is recovered. Nothing else is
+// needed here: the torn tail is recovered, not reported. Damage that is not
+// a tail (a bad chunk followed by valid ones, an older WAL that does not
+// end cleanly, a damaged MANIFEST) makes Open fail with an error marked
+// store.ErrCorrupt, because Pebble cannot tell which keys it lost: the
+// data directory needs an operator.
+//
+// # Corruption
+//
+// Everything read is verified: each record's self hash, the chain from
+// record to record, the index entry against the last record, and Pebble's
+// own block checksums. A failure is confined to its session: Read returns
+// store.ErrCorrupt naming the session and record; Info and List report the
+// session with SessionInfo.Quarantined set instead of failing; Append and
+// Purge refuse it. The store also writes the quarantine mark q/<id> (unless
+// opened read-only), so the session stays listed as quarantined even when
+// nothing reads its history again; nothing is ever deleted or repaired
+// silently. Sessions whose records exist without an index entry, or whose
+// index entry has no records, are listed as quarantined too.
+//
+// # Failed writes: fail closed
+//
+// A write or fsync error on the WAL leaves the outcome of the batch unknown:
+// after a failed fsync the data may or may not be on stable storage (the
+// kernel may have dropped the dirty pages, or written some of them), so no
+// store can promise that the failed batch is absent after a restart. Pebble
+// itself treats it as fatal: the commit pipeline calls Logger.Fatalf
+// ("pebble: fatal commit error") - whose default implementation exits the
+// process - and then returns nil to the committer, and its WAL writer stays
+// broken, so the next commit would panic. This store installs its own
+// Logger: Fatalf records the failure instead of exiting, and Append checks
+// for it after Commit, so the failed Append returns an error wrapping
+// store.ErrFailed. From then on the store fails closed: every call except
+// Close returns store.ErrFailed without touching Pebble again (no further
+// commit, so no panic), and the process must restart. A failed Append was
+// never acknowledged; after the restart its batch is either wholly present
+// (it reached the disk) or wholly absent, never partial, because the WAL is
+// replayed batch by batch. The same applies to every other Fatalf from
+// Pebble (for example a failed MANIFEST sync). Pebble's data-corruption
+// event, fatal by default, is logged instead and surfaces as ErrCorrupt on
+// the read that found it.
+//
+// # Tuning
+//
+// The WAL is always on and synced on every commit (no WALMinSyncInterval:
+// batching is the caller's). Memtables are 32 MiB (fewer flushes for a
+// stream of small appends, a bounded WAL replay at start), the block cache
+// 64 MiB, and every level has a 10-bit bloom filter, since Append, Info and
+// LastSeq do point lookups of index keys, many of them misses for new
+// sessions. Range deletions (Purge) schedule a flush within 10 s so that
+// the space of purged sessions is reclaimed by compaction.
+package pebblestore

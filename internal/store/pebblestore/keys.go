@@ -1,0 +1,70 @@
+package pebblestore
+
+import (
+	"bytes"
+	"encoding/binary"
+)
+
+// Key prefixes (package doc: key layout).
+const (
+	formatKey   = "f"
+	formatValue = "macpd.store.v1"
+
+	histPrefix  = "h/"
+	indexPrefix = "i/"
+	quarPrefix  = "q/"
+	metaPrefix  = "m/"
+)
+
+// histStart is the first key of a session's records: h/<id> 0x00.
+func histStart(id string) []byte {
+	k := make([]byte, 0, len(histPrefix)+len(id)+1+8)
+	k = append(k, histPrefix...)
+	k = append(k, id...)
+	return append(k, 0)
+}
+
+// histKey is the key of record seq of a session.
+func histKey(id string, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(histStart(id), seq)
+}
+
+// histEnd bounds a session's records from above: h/<id> 0x01.
+func histEnd(id string) []byte {
+	k := histStart(id)
+	k[len(k)-1] = 1
+	return k
+}
+
+// parseHistKey splits a key of the h/ space into session id and seq. ok is
+// false for a key that does not have the layout (the id is then the best
+// guess, for naming the damage).
+func parseHistKey(k []byte) (id string, seq uint64, ok bool) {
+	rest := k[len(histPrefix):]
+	i := bytes.IndexByte(rest, 0)
+	if i < 0 {
+		return string(rest), 0, false
+	}
+	id = string(rest[:i])
+	if len(rest) != i+1+8 {
+		return id, 0, false
+	}
+	return id, binary.BigEndian.Uint64(rest[i+1:]), true
+}
+
+func indexKey(id string) []byte { return append([]byte(indexPrefix), id...) }
+func quarKey(id string) []byte  { return append([]byte(quarPrefix), id...) }
+func metaKey(k string) []byte   { return append([]byte(metaPrefix), k...) }
+
+// prefixEnd returns the smallest key greater than every key starting with
+// prefix (prefix is never all 0xff here).
+func prefixEnd(prefix []byte) []byte {
+	end := bytes.Clone(prefix)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,279 @@
+package pebblestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/macpd/macpd/internal/store"
+)
+
+// Options configure Open. The zero value is the production configuration.
+type Options struct {
+	// FS is the filesystem (default: the OS's). Tests pass vfs.NewMem(),
+	// vfs.NewCrashableMem() or an errorfs wrapper.
+	FS vfs.FS
+	// Logger receives Pebble's messages (Info at Debug level) and the
+	// store's own errors (default: discarded).
+	Logger *slog.Logger
+	// ReadOnly opens an existing store for reading (macpctl verify):
+	// writes return an error and corruption found is reported but not
+	// marked in the store.
+	ReadOnly bool
+	// CacheSize is Pebble's block cache (default 64 MiB).
+	CacheSize int64
+	// MemTableSize is Pebble's memtable size (default 32 MiB).
+	MemTableSize uint64
+}
+
+// Defaults (package doc: tuning).
+const (
+	defaultCacheSize    = 64 << 20
+	defaultMemTableSize = 32 << 20
+	// maxBatchBytes caps one Append's encoded size well below Pebble's
+	// 4 GiB batch limit (exceeding that is a plain error, not a failure).
+	maxBatchBytes = 1 << 30
+)
+
+// Store is the Pebble-backed store.Store.
+type Store struct {
+	dir      string
+	db       *pebble.DB
+	log      *slog.Logger
+	readOnly bool
+	fail     *failState
+
+	// life tracks calls in progress so that Close waits for them (Pebble
+	// panics on use after Close).
+	life struct {
+		sync.Mutex
+		closed bool
+		ops    sync.WaitGroup
+	}
+
+	// wmu serializes every write (Append, Purge, meta, quarantine marks)
+	// and guards tips.
+	wmu sync.Mutex
+	// tips caches the last seq and hash of sessions appended to since
+	// Open, except terminal ones (they take no more records); others are
+	// loaded from the index on demand.
+	tips map[string]tip
+}
+
+type tip struct {
+	seq  uint64
+	hash []byte
+}
+
+var _ store.Store = (*Store)(nil)
+
+// failState holds the first fatal failure (package doc: fail closed).
+type failState struct {
+	err atomic.Pointer[error]
+}
+
+func (f *failState) set(cause error) {
+	err := fmt.Errorf("%w: %v", store.ErrFailed, cause)
+	f.err.CompareAndSwap(nil, &err)
+}
+
+func (f *failState) get() error {
+	if p := f.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// pebbleLogger routes Pebble's logging to slog. Fatalf does not exit: it
+// marks the store failed (package doc).
+type pebbleLogger struct {
+	log  *slog.Logger
+	fail *failState
+}
+
+func (l pebbleLogger) Infof(format string, args ...any) {
+	if l.log.Enabled(context.Background(), slog.LevelDebug) {
+		l.log.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+	}
+}
+
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	l.log.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.fail.set(errors.New(msg))
+	l.log.Error("store failed; restart required", "component", "pebble", "err", msg)
+}
+
+// Open opens (creating if needed, unless read-only) the store in dir.
+func Open(dir string, o Options) (*Store, error) {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.CacheSize <= 0 {
+		o.CacheSize = defaultCacheSize
+	}
+	if o.MemTableSize == 0 {
+		o.MemTableSize = defaultMemTableSize
+	}
+	fail := &failState{}
+	log := o.Logger
+	po := &pebble.Options{
+		FS:                    o.FS,
+		Logger:                pebbleLogger{log: log, fail: fail},
+		ReadOnly:              o.ReadOnly,
+		CacheSize:             o.CacheSize,
+		MemTableSize:          o.MemTableSize,
+		FlushDelayDeleteRange: 10 * time.Second,
+		EventListener: &pebble.EventListener{
+			BackgroundError: func(err error) {
+				log.Error("pebble background error", "component", "pebble", "err", err)
+			},
+			// Fatal by default; here the read that found it reports
+			// ErrCorrupt for its session.
+			DataCorruption: func(info pebble.DataCorruptionInfo) {
+				log.Error("pebble found corrupt data", "component", "pebble", "path", info.Path, "err", info.Details)
+			},
+			WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
+				log.Warn("pebble write stall", "component", "pebble", "reason", info.Reason)
+			},
+			WriteStallEnd: func() { log.Info("pebble write stall ended", "component", "pebble") },
+			DiskSlow: func(info pebble.DiskSlowInfo) {
+				log.Warn("slow disk operation", "component", "pebble", "path", info.Path, "op", info.OpType.String(), "duration", info.Duration)
+			},
+		},
+	}
+	if !o.ReadOnly {
+		po.FormatMajorVersion = pebble.FormatNewest
+	}
+	for i := range po.Levels {
+		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+		po.Levels[i].FilterType = pebble.TableFilter
+	}
+	db, err := pebble.Open(dir, po)
+	if err != nil {
+		if pebble.IsCorruptionError(err) {
+			return nil, fmt.Errorf("pebblestore: open %s: %w: %w", dir, store.ErrCorrupt, err)
+		}
+		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
+	}
+	s := &Store{dir: dir, db: db, log: log, readOnly: o.ReadOnly, fail: fail, tips: make(map[string]tip)}
+	if err := s.checkFormat(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// checkFormat writes the format marker into a new store and refuses a
+// store of another format.
+func (s *Store) checkFormat() error {
+	if err := s.fail.get(); err != nil {
+		return err
+	}
+	v, closer, err := s.db.Get([]byte(formatKey))
+	switch {
+	case err == nil:
+		defer closer.Close()
+		if string(v) != formatValue {
+			return fmt.Errorf("pebblestore: %s holds format %q, this build reads %q", s.dir, v, formatValue)
+		}
+		return nil
+	case !errors.Is(err, pebble.ErrNotFound):
+		return fmt.Errorf("pebblestore: reading the format marker: %w", err)
+	}
+	// No marker: a new store, or not ours.
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return err
+	}
+	empty := !it.First()
+	if err := it.Close(); err != nil {
+		return err
+	}
+	if !empty {
+		return fmt.Errorf("pebblestore: %s holds a Pebble store without the %q format marker", s.dir, formatValue)
+	}
+	if s.readOnly {
+		return nil
+	}
+	if err := s.db.Set([]byte(formatKey), []byte(formatValue), pebble.Sync); err != nil {
+		return fmt.Errorf("pebblestore: writing the format marker: %w", err)
+	}
+	return s.fail.get()
+}
+
+// Dir returns the directory the store was opened in.
+func (s *Store) Dir() string { return s.dir }
+
+// enter admits a call: ErrClosed after Close, ErrFailed after a failure.
+// A nil result must be paired with leave.
+func (s *Store) enter() error {
+	s.life.Lock()
+	defer s.life.Unlock()
+	if s.life.closed {
+		return store.ErrClosed
+	}
+	if err := s.fail.get(); err != nil {
+		return err
+	}
+	s.life.ops.Add(1)
+	return nil
+}
+
+func (s *Store) leave() { s.life.ops.Done() }
+
+// writable admits a write; the caller holds wmu.
+func (s *Store) writable() error {
+	if s.readOnly {
+		return errors.New("pebblestore: opened read-only")
+	}
+	return s.fail.get()
+}
+
+// commit writes b with one WAL sync. Any error, or a Fatalf from Pebble
+// during the commit, fails the store (package doc: fail closed).
+func (s *Store) commit(b *pebble.Batch) error {
+	err := b.Commit(pebble.Sync)
+	if err != nil {
+		s.fail.set(err)
+		s.log.Error("store write failed; restart required", "err", err)
+	}
+	return s.fail.get()
+}
+
+// Close waits for calls in progress and closes Pebble. Later calls return
+// ErrClosed.
+func (s *Store) Close() (err error) {
+	s.life.Lock()
+	if s.life.closed {
+		s.life.Unlock()
+		return store.ErrClosed
+	}
+	s.life.closed = true
+	s.life.Unlock()
+	s.life.ops.Wait()
+	if s.fail.get() != nil {
+		// Pebble's state after a fatal error is its own; closing must not
+		// take the process down.
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("pebblestore: closing a failed store: %v", r)
+			}
+		}()
+	}
+	return s.db.Close()
+}

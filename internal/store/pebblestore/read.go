@@ -1,0 +1,397 @@
+package pebblestore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/macpd/macpd/internal/session"
+	"github.com/macpd/macpd/internal/store"
+	"github.com/macpd/macpd/internal/store/record"
+)
+
+// get returns a copy of the value of key, or (nil, false) when absent.
+func get(r pebble.Reader, key []byte) ([]byte, bool, error) {
+	v, closer, err := r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	defer closer.Close()
+	return bytes.Clone(v), true, nil
+}
+
+// quarantined returns a session's quarantine reason ("" if none).
+func (s *Store) quarantined(r pebble.Reader, id string) (string, error) {
+	v, ok, err := get(r, quarKey(id))
+	if err != nil || !ok {
+		return "", err
+	}
+	return string(v), nil
+}
+
+// checkedIndex returns a session's index entry, checked against its last
+// record: ErrNotFound when the session has neither, a corruption error
+// (with what could be read) otherwise.
+func (s *Store) checkedIndex(r pebble.Reader, id string) (store.SessionInfo, error) {
+	raw, ok, err := get(r, indexKey(id))
+	if err != nil {
+		return store.SessionInfo{SessionID: id}, err
+	}
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: histStart(id), UpperBound: histEnd(id)})
+	if err != nil {
+		return store.SessionInfo{SessionID: id}, err
+	}
+	defer it.Close()
+	return summarize(it, id, raw, ok)
+}
+
+// summarize builds a session's summary from its raw index entry (hasIndex
+// false: none) and an iterator over the h/ space that includes the
+// session's records.
+func summarize(it *pebble.Iterator, id string, raw []byte, hasIndex bool) (store.SessionInfo, error) {
+	info := store.SessionInfo{SessionID: id}
+	var last *session.Record
+	if it.SeekLT(histEnd(id)) && bytes.HasPrefix(it.Key(), histStart(id)) {
+		_, seq, ok := parseHistKey(it.Key())
+		if !ok {
+			return info, record.Corruptf(id, 0, "malformed record key %q", it.Key())
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return info, err
+		}
+		rec, err := record.Decode(v, id, seq)
+		if err != nil {
+			return info, err
+		}
+		last = &rec
+	}
+	if err := it.Error(); err != nil {
+		return info, err
+	}
+	switch {
+	case !hasIndex && last == nil:
+		return info, store.ErrNotFound
+	case !hasIndex:
+		return record.InfoOf(*last), record.Corruptf(id, 0, "records without an index entry")
+	}
+	idx, err := record.DecodeIndex(raw, id)
+	if err != nil {
+		return info, err
+	}
+	if last == nil {
+		return idx, record.Corruptf(id, 0, "index entry without records")
+	}
+	if err := record.CheckIndex(idx, *last); err != nil {
+		return idx, err
+	}
+	return idx, nil
+}
+
+// Read implements store.Store.
+func (s *Store) Read(ctx context.Context, id string, from uint64, fn func(session.Record) error) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	if !store.ValidSessionID(id) {
+		return store.ErrNotFound
+	}
+	err, found := s.read(ctx, id, max(from, 1), fn)
+	if found != nil {
+		return s.corrupted(id, found)
+	}
+	return err
+}
+
+// read does Read's work on a snapshot. found is a failure of the stored
+// data (corruption or an I/O error reading it); err anything else,
+// including fn's errors, returned as they are.
+func (s *Store) read(ctx context.Context, id string, from uint64, fn func(session.Record) error) (err, found error) {
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	it, ierr := snap.NewIter(&pebble.IterOptions{LowerBound: histStart(id), UpperBound: histEnd(id)})
+	if ierr != nil {
+		return ierr, nil
+	}
+	defer it.Close()
+	raw, hasIndex, gerr := get(snap, indexKey(id))
+	if gerr != nil {
+		return nil, gerr
+	}
+	idx, serr := summarize(it, id, raw, hasIndex)
+	if errors.Is(serr, store.ErrNotFound) {
+		return store.ErrNotFound, nil
+	}
+	if serr != nil {
+		return nil, serr
+	}
+	if from > idx.LastSeq+1 {
+		return nil, nil
+	}
+	chain := record.NewChain(id)
+	var last session.Record
+	start := from
+	if from > 1 {
+		start = from - 1 // the predecessor anchors the chain check
+	}
+	n := 0
+	for ok := it.SeekGE(histKey(id, start)); ok; ok = it.Next() {
+		_, seq, kok := parseHistKey(it.Key())
+		if !kok {
+			return nil, record.Corruptf(id, 0, "malformed record key %q", it.Key())
+		}
+		v, verr := it.ValueAndErr()
+		if verr != nil {
+			return nil, verr
+		}
+		rec, derr := record.Decode(v, id, seq)
+		if derr != nil {
+			return nil, derr
+		}
+		if seq == start && start < from {
+			chain.Seq, chain.Hash = rec.Seq, rec.Hash
+			last = rec
+			continue
+		}
+		if cerr := chain.Next(rec); cerr != nil {
+			if seq == from && from > 1 {
+				return nil, record.Corruptf(id, from-1, "missing record")
+			}
+			return nil, cerr
+		}
+		last = rec
+		if n++; n%256 == 0 {
+			if cerr := ctx.Err(); cerr != nil {
+				return cerr, nil
+			}
+		}
+		if ferr := fn(rec); ferr != nil {
+			return ferr, nil
+		}
+	}
+	if ierr := it.Error(); ierr != nil {
+		return nil, ierr
+	}
+	if chain.Seq != idx.LastSeq {
+		return nil, record.Corruptf(id, chain.Seq+1, "missing record: the history ends at %d, the index at %d", chain.Seq, idx.LastSeq)
+	}
+	if cerr := record.CheckIndex(idx, last); cerr != nil {
+		return nil, cerr
+	}
+	return nil, nil
+}
+
+// LastSeq implements store.Store.
+func (s *Store) LastSeq(ctx context.Context, id string) (uint64, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.leave()
+	if !store.ValidSessionID(id) {
+		return 0, store.ErrNotFound
+	}
+	raw, ok, err := get(s.db, indexKey(id))
+	switch {
+	case err != nil:
+		return 0, s.corrupted(id, err)
+	case !ok:
+		return 0, store.ErrNotFound
+	}
+	info, err := record.DecodeIndex(raw, id)
+	if err != nil {
+		return 0, s.corrupted(id, err)
+	}
+	return info.LastSeq, nil
+}
+
+// Info implements store.Store.
+func (s *Store) Info(ctx context.Context, id string) (store.SessionInfo, error) {
+	if err := s.enter(); err != nil {
+		return store.SessionInfo{}, err
+	}
+	defer s.leave()
+	if !store.ValidSessionID(id) {
+		return store.SessionInfo{}, store.ErrNotFound
+	}
+	snap := s.db.NewSnapshot()
+	reason, err := s.quarantined(snap, id)
+	if err != nil {
+		snap.Close()
+		return store.SessionInfo{}, err
+	}
+	info, err := s.checkedIndex(snap, id)
+	snap.Close()
+	switch {
+	case errors.Is(err, store.ErrNotFound) && reason == "":
+		return store.SessionInfo{}, err
+	case errors.Is(err, store.ErrNotFound):
+		// Purged, or never stored, but marked: say so.
+		return store.SessionInfo{SessionID: id, Quarantined: reason}, nil
+	case err != nil:
+		cerr, ok := asCorrupt(id, err)
+		if !ok {
+			return store.SessionInfo{}, err
+		}
+		_ = s.corrupted(id, cerr)
+		if reason == "" {
+			reason = cerr.Error()
+		}
+	}
+	info.Quarantined = reason
+	return info, nil
+}
+
+// List implements store.Store: a merge of the index entries and the
+// sessions found among the records, so that a session missing from
+// either side is listed (quarantined), not lost.
+func (s *Store) List(ctx context.Context, fn func(store.SessionInfo) error) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	var found []error
+	var ids []string
+	err := s.list(ctx, func(info store.SessionInfo, corrupt error) error {
+		if corrupt != nil {
+			ids, found = append(ids, info.SessionID), append(found, corrupt)
+		}
+		return fn(info)
+	})
+	for i, id := range ids {
+		_ = s.corrupted(id, found[i])
+	}
+	return err
+}
+
+func (s *Store) list(ctx context.Context, fn func(store.SessionInfo, error) error) error {
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	marks := make(map[string]string)
+	qit, err := snap.NewIter(&pebble.IterOptions{LowerBound: []byte(quarPrefix), UpperBound: prefixEnd([]byte(quarPrefix))})
+	if err != nil {
+		return err
+	}
+	for ok := qit.First(); ok; ok = qit.Next() {
+		v, err := qit.ValueAndErr()
+		if err != nil {
+			qit.Close()
+			return err
+		}
+		marks[string(qit.Key()[len(quarPrefix):])] = string(v)
+	}
+	if err := errors.Join(qit.Error(), qit.Close()); err != nil {
+		return err
+	}
+	histBounds := &pebble.IterOptions{LowerBound: []byte(histPrefix), UpperBound: prefixEnd([]byte(histPrefix))}
+	iit, err := snap.NewIter(&pebble.IterOptions{LowerBound: []byte(indexPrefix), UpperBound: prefixEnd([]byte(indexPrefix))})
+	if err != nil {
+		return err
+	}
+	defer iit.Close()
+	scan, err := snap.NewIter(histBounds) // walks the sessions of the h/ space
+	if err != nil {
+		return err
+	}
+	defer scan.Close()
+	look, err := snap.NewIter(histBounds) // finds last records
+	if err != nil {
+		return err
+	}
+	defer look.Close()
+
+	iok, hok := iit.First(), scan.First()
+	var hid string
+	if hok {
+		hid, _, _ = parseHistKey(scan.Key())
+	}
+	for n := 0; iok || hok; n++ {
+		if n%256 == 255 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		var iid string
+		if iok {
+			iid = string(iit.Key()[len(indexPrefix):])
+		}
+		id := iid
+		if !iok || (hok && hid < iid) {
+			id = hid
+		}
+		var raw []byte
+		hasIndex := iok && iid == id
+		if hasIndex {
+			v, err := iit.ValueAndErr()
+			if err != nil {
+				return err
+			}
+			raw = bytes.Clone(v)
+			iok = iit.Next()
+		}
+		if hok && hid == id {
+			hok = scan.SeekGE(histEnd(id))
+			if hok {
+				hid, _, _ = parseHistKey(scan.Key())
+			}
+		}
+		info, err := summarize(look, id, raw, hasIndex)
+		var corrupt error
+		if err != nil {
+			c, ok := asCorrupt(id, err)
+			if !ok {
+				return err
+			}
+			corrupt = c
+			info.SessionID = id
+			info.Quarantined = c.Error()
+		}
+		if reason := marks[id]; reason != "" {
+			info.Quarantined = reason
+		}
+		if err := fn(info, corrupt); err != nil {
+			return err
+		}
+	}
+	return errors.Join(iit.Error(), scan.Error())
+}
+
+// Sessions implements store.Store.
+//
+// Deprecated: use List.
+func (s *Store) Sessions(ctx context.Context, fn func(string) error) error {
+	return s.List(ctx, func(info store.SessionInfo) error { return fn(info.SessionID) })
+}
+
+// ListMeta implements store.Store.
+func (s *Store) ListMeta(ctx context.Context, prefix string, fn func(string, []byte) error) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	lower := metaKey(prefix)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lower)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		if err := fn(string(it.Key()[len(metaPrefix):]), v); err != nil {
+			return err
+		}
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("pebblestore: listing meta: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,245 @@
+package pebblestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/macpd/macpd/internal/session"
+	"github.com/macpd/macpd/internal/store"
+	"github.com/macpd/macpd/internal/store/record"
+)
+
+// Append implements store.Store: the whole batch is validated, then
+// written with its index updates in one Pebble batch and one WAL sync.
+func (s *Store) Append(ctx context.Context, recs []session.Record) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	if len(recs) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.writable(); err != nil {
+		return err
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	pending := make(map[string]tip)
+	var ids []string // in first-seen order
+	infos := make(map[string]store.SessionInfo)
+	for _, r := range recs {
+		id := r.SessionID
+		if !store.ValidSessionID(id) {
+			return fmt.Errorf("%w: session id %q", store.ErrInvalid, id)
+		}
+		t, ok := pending[id]
+		if !ok {
+			var err error
+			if t, err = s.loadTip(id); err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		if r.Seq != t.seq+1 {
+			return fmt.Errorf("%w: session %s record %d, expected %d", store.ErrConflict, id, r.Seq, t.seq+1)
+		}
+		v, hash, err := record.Encode(r, t.hash)
+		if err != nil {
+			return err
+		}
+		if err := b.Set(histKey(id, r.Seq), v, nil); err != nil {
+			return err
+		}
+		r.PrevHash, r.Hash = t.hash, hash
+		infos[id] = record.InfoOf(r)
+		pending[id] = tip{r.Seq, hash}
+	}
+	for _, id := range ids {
+		v, err := record.EncodeIndex(infos[id])
+		if err != nil {
+			return err
+		}
+		if err := b.Set(indexKey(id), v, nil); err != nil {
+			return err
+		}
+	}
+	if b.Len() > maxBatchBytes {
+		return fmt.Errorf("pebblestore: batch of %d bytes exceeds %d", b.Len(), maxBatchBytes)
+	}
+	if err := s.commit(b); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if infos[id].Status.Terminal() {
+			delete(s.tips, id)
+		} else {
+			s.tips[id] = pending[id]
+		}
+	}
+	return nil
+}
+
+// loadTip returns a session's last seq and hash (0 and ZeroHash for a new
+// session), from the cache or the store; the caller holds wmu. A
+// quarantined or corrupt session is ErrCorrupt.
+func (s *Store) loadTip(id string) (tip, error) {
+	if t, ok := s.tips[id]; ok {
+		return t, nil
+	}
+	if reason, err := s.quarantined(s.db, id); err != nil {
+		return tip{}, err
+	} else if reason != "" {
+		return tip{}, record.Corruptf(id, 0, "quarantined: %s", reason)
+	}
+	info, err := s.checkedIndex(s.db, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return tip{hash: store.ZeroHash}, nil
+	case err != nil:
+		return tip{}, s.corruptedLocked(id, err)
+	}
+	return tip{info.LastSeq, info.LastHash}, nil
+}
+
+// Purge implements store.Store.
+func (s *Store) Purge(ctx context.Context, id string) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !store.ValidSessionID(id) {
+		return store.ErrNotFound
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.writable(); err != nil {
+		return err
+	}
+	if reason, err := s.quarantined(s.db, id); err != nil {
+		return err
+	} else if reason != "" {
+		return record.Corruptf(id, 0, "quarantined, kept as evidence: %s", reason)
+	}
+	info, err := s.checkedIndex(s.db, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return err
+	case err != nil:
+		return s.corruptedLocked(id, err)
+	case !info.Status.Terminal():
+		return fmt.Errorf("%w: session %s is %s", store.ErrNotTerminal, id, info.Status)
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := b.DeleteRange(histStart(id), histEnd(id), nil); err != nil {
+		return err
+	}
+	if err := b.Delete(indexKey(id), nil); err != nil {
+		return err
+	}
+	if err := s.commit(b); err != nil {
+		return err
+	}
+	delete(s.tips, id)
+	return nil
+}
+
+// PutMeta implements store.Store.
+func (s *Store) PutMeta(ctx context.Context, key string, val []byte) error {
+	if key == "" {
+		if err := s.enter(); err != nil {
+			return err
+		}
+		s.leave()
+		return fmt.Errorf("%w: empty meta key", store.ErrInvalid)
+	}
+	return s.writeMeta(ctx, func(b *pebble.Batch) error { return b.Set(metaKey(key), val, nil) })
+}
+
+// DeleteMeta implements store.Store.
+func (s *Store) DeleteMeta(ctx context.Context, key string) error {
+	return s.writeMeta(ctx, func(b *pebble.Batch) error { return b.Delete(metaKey(key), nil) })
+}
+
+func (s *Store) writeMeta(ctx context.Context, op func(*pebble.Batch) error) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.writable(); err != nil {
+		return err
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := op(b); err != nil {
+		return err
+	}
+	return s.commit(b)
+}
+
+// corrupted handles an error found while reading session id: corruption
+// (ours or Pebble's) is marked ErrCorrupt and the session quarantined;
+// other errors pass through.
+func (s *Store) corrupted(id string, err error) error {
+	err, ok := asCorrupt(id, err)
+	if ok && !s.readOnly {
+		s.wmu.Lock()
+		defer s.wmu.Unlock()
+		s.markLocked(id, err)
+	}
+	return err
+}
+
+// corruptedLocked is corrupted for a caller holding wmu.
+func (s *Store) corruptedLocked(id string, err error) error {
+	err, ok := asCorrupt(id, err)
+	if ok && !s.readOnly {
+		s.markLocked(id, err)
+	}
+	return err
+}
+
+func asCorrupt(id string, err error) (error, bool) {
+	switch {
+	case errors.Is(err, store.ErrCorrupt):
+		return err, true
+	case pebble.IsCorruptionError(err):
+		return record.Corruptf(id, 0, "%v", err), true
+	}
+	return err, false
+}
+
+// markLocked writes the quarantine mark of a session (once); the caller
+// holds wmu. A failure to write it fails the store like any write.
+func (s *Store) markLocked(id string, cause error) {
+	if s.writable() != nil {
+		return
+	}
+	delete(s.tips, id)
+	if reason, err := s.quarantined(s.db, id); err != nil || reason != "" {
+		return
+	}
+	s.log.Error("session quarantined: its history failed verification", "session", id, "err", cause)
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := b.Set(quarKey(id), []byte(cause.Error()), nil); err != nil {
+		return
+	}
+	_ = s.commit(b)
+}
