@@ -215,3 +215,6 @@ func (w *LifecycleWatcher) Pending() (now, peak int) {
 	defer w.mu.Unlock()
 	return len(w.pending), w.peak
 }
+
+// MaxPending returns the cap on distinct sessions pending per watcher.
+func (f *LifecycleFeed) MaxPending() int { return f.maxPending }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -300,10 +301,13 @@ func (s *Service) WatchRoots(_ *macpv1.WatchRootsRequest, stream grpc.ServerStre
 	return nil
 }
 
-// WatchModeRegistry sends one hint, then one per registry change.
+// WatchModeRegistry sends one hint, then one per registry change. Hints
+// are idempotent ("re-query ListModes"), so they are coalesced: hints
+// that queued up while the client was slow become one, and a watcher that
+// the hub dropped for lagging just gets a fresh hint.
 func (s *Service) WatchModeRegistry(_ *macpv1.WatchModeRegistryRequest, stream grpc.ServerStreamingServer[macpv1.WatchModeRegistryResponse]) error {
 	sub := s.rt.Registry.Subscribe()
-	defer s.rt.Registry.Unsubscribe(sub)
+	defer func() { s.rt.Registry.Unsubscribe(sub) }() // the current sub
 	hint := func(at int64) error {
 		return stream.Send(&macpv1.WatchModeRegistryResponse{Change: &macpv1.RegistryChanged{Registry: "modes", ObservedAtUnixMs: at}})
 	}
@@ -321,9 +325,7 @@ func (s *Service) WatchModeRegistry(_ *macpv1.WatchModeRegistryRequest, stream g
 				return err
 			}
 		case <-sub.Done():
-			// Hints are idempotent; a lagging watcher just gets a fresh one.
 			sub = s.rt.Registry.Subscribe()
-			defer s.rt.Registry.Unsubscribe(sub)
 			if err := hint(time.Now().UnixMilli()); err != nil {
 				return err
 			}
@@ -334,6 +336,14 @@ func (s *Service) WatchModeRegistry(_ *macpv1.WatchModeRegistryRequest, stream g
 }
 
 // WatchSignals streams ambient signals as they are accepted.
+//
+// Slow watchers: signals are ephemeral (no backlog, checklist SIG-3), so
+// nothing can be replayed, but WatchSignalsResponse has no way to say
+// "you missed some". Dropping the oldest queued signals would lose them
+// silently, so a watcher whose bounded queue (runtime
+// Options.SubscriberBuffer signals, shared envelopes) fills up is ended
+// with RATE_LIMITED instead: the loss is visible and the client
+// reconnects. The publisher never waits for a watcher either way.
 func (s *Service) WatchSignals(_ *macpv1.WatchSignalsRequest, stream grpc.ServerStreamingServer[macpv1.WatchSignalsResponse]) error {
 	sub := s.rt.Signals.Subscribe()
 	defer s.rt.Signals.Unsubscribe(sub)
@@ -344,22 +354,45 @@ func (s *Service) WatchSignals(_ *macpv1.WatchSignalsRequest, stream grpc.Server
 				return err
 			}
 		case <-sub.Done():
-			return statusErr(coord.Errorf(coord.CodeRateLimited, "signal watcher fell behind and was disconnected; reconnect to continue"))
+			return statusErr(coord.Errorf(coord.CodeRateLimited, "signal watcher fell behind and was disconnected (signals are not replayed); reconnect to continue"))
 		case <-stream.Context().Done():
 			return nil
 		}
 	}
 }
 
+// HeaderWatchSubscribed is sent in the WatchSessions response header as
+// soon as the watch is subscribed (value: the server's Unix ms), before
+// the initial sync. A client re-syncing after a disconnect waits for it
+// (ClientStream.Header), then calls ListSessions: every change after the
+// ListSessions snapshot arrives on the watch, so taking per session the
+// later state (OPEN before RESOLVED/EXPIRED) of the two gives the current
+// state, with nothing missed.
+const HeaderWatchSubscribed = "macp-watch-subscribed"
+
 // WatchSessions sends a CREATED event for every OPEN session the caller may
 // see (initial sync), then lifecycle events as they become durable.
+//
+// A slow watcher is not dropped: its missed events are coalesced to the
+// latest state of each session, delivered in the order the sessions first
+// changed (runtime.LifecycleWatcher). Only when more than
+// Options.MaxWatchPending distinct sessions are pending is it ended with
+// RATE_LIMITED, telling it to re-sync with ListSessions. Memory per
+// watcher is bounded by that cap; acceptance never waits for a watcher.
 func (s *Service) WatchSessions(_ *macpv1.WatchSessionsRequest, stream grpc.ServerStreamingServer[macpv1.WatchSessionsResponse]) error {
 	ctx := stream.Context()
 	id, _ := identityFrom(ctx)
-	sub := s.rt.Lifecycle.Subscribe()
-	defer s.rt.Lifecycle.Unsubscribe(sub)
-	synced := make(map[string]bool)
+	w := s.rt.Lifecycle.Watch(func(ev runtime.LifecycleEvent) bool { return runtime.MayObserveMetadata(id, ev.Session) })
+	defer s.rt.Lifecycle.Unwatch(w)
 	now := time.Now().UnixMilli()
+	if err := stream.SendHeader(metadata.Pairs(HeaderWatchSubscribed, strconv.FormatInt(now, 10))); err != nil {
+		return err
+	}
+	// synced holds the sessions reported OPEN by the initial sync whose
+	// first live event has not been seen yet: a CREATED for them is a
+	// duplicate (created between subscribing and the sync). Any event
+	// removes the entry, so it only shrinks.
+	synced := make(map[string]bool)
 	for _, md := range s.rt.ListSessions(ctx, id) {
 		if md.State != macpv1.SessionState_SESSION_STATE_OPEN {
 			continue
@@ -371,23 +404,30 @@ func (s *Service) WatchSessions(_ *macpv1.WatchSessionsRequest, stream grpc.Serv
 		}
 	}
 	for {
-		select {
-		case ev := <-sub.C:
-			if !runtime.MayObserveMetadata(id, ev.Session) {
-				continue
+		for {
+			ev, ok := w.Next()
+			if !ok {
+				break
 			}
-			// A session created between subscribing and the initial sync
-			// was already reported as CREATED.
-			if ev.Type == macpv1.SessionLifecycleEvent_EVENT_TYPE_CREATED && synced[ev.Session.SessionId] {
-				delete(synced, ev.Session.SessionId)
-				continue
+			sid := ev.Session.GetSessionId()
+			if synced[sid] {
+				delete(synced, sid)
+				if ev.Type == macpv1.SessionLifecycleEvent_EVENT_TYPE_CREATED {
+					continue
+				}
 			}
 			out := &macpv1.SessionLifecycleEvent{EventType: ev.Type, Session: ev.Session, ObservedAtUnixMs: ev.ObservedMs}
 			if err := stream.Send(&macpv1.WatchSessionsResponse{Event: out}); err != nil {
 				return err
 			}
-		case <-sub.Done():
-			return statusErr(coord.Errorf(coord.CodeRateLimited, "lifecycle watcher fell behind; re-sync with ListSessions and watch again"))
+		}
+		select {
+		case <-w.Ready():
+		case <-w.Done():
+			if w.Overflowed() {
+				return statusErr(coord.Errorf(coord.CodeRateLimited, "lifecycle watcher fell more than %d sessions behind; re-sync with ListSessions and watch again", s.rt.Lifecycle.MaxPending()))
+			}
+			return nil
 		case <-ctx.Done():
 			return nil
 		}

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 	"time"
 
@@ -14,9 +15,11 @@ import (
 // checklist SEC-6 (bounded buffers), STREAM-4 ([RT] slow-consumer lag ends
 // the stream with RESOURCE_EXHAUSTED) and server/doc.go (every non-Ack
 // failure carries its MACP code as a MACPError detail): a watcher that
-// falls behind is disconnected with RATE_LIMITED, never silently skipped.
+// falls behind beyond its bound is disconnected with RATE_LIMITED, never
+// silently skipped. (A lifecycle watcher's bound is the number of distinct
+// sessions pending: its missed events coalesce, see watch_test.go.)
 func TestLaggingWatchersAreDisconnected(t *testing.T) {
-	e, _, _ := startService(t, server.Options{}, runtime.Options{SubscriberBuffer: 1})
+	e, _, _ := startService(t, server.Options{}, runtime.Options{SubscriberBuffer: 1, MaxWatchPending: 1})
 	big := bytes.Repeat([]byte{'x'}, 256<<10) // fills the HTTP/2 window: the server's Send blocks
 
 	t.Run("WatchSignals", func(t *testing.T) {
@@ -42,11 +45,11 @@ func TestLaggingWatchersAreDisconnected(t *testing.T) {
 			t.Fatal(err)
 		}
 		eventually(t, "subscription", func() bool { return e.rt.Lifecycle.Len() == 1 })
-		md := &macpv1.SessionMetadata{SessionId: "s", Initiator: "alice", ContextId: string(big)}
 		for i := 0; e.rt.Lifecycle.Len() > 0; i++ {
 			if i > 1000 {
 				t.Fatal("subscriber never dropped")
 			}
+			md := &macpv1.SessionMetadata{SessionId: fmt.Sprint("s", i), Initiator: "alice", ContextId: string(big)}
 			e.rt.Lifecycle.Publish(runtime.LifecycleEvent{Type: macpv1.SessionLifecycleEvent_EVENT_TYPE_CREATED, Session: md, ObservedMs: 1})
 			time.Sleep(time.Millisecond)
 		}

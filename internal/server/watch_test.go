@@ -2,13 +2,20 @@ package server_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/app"
+	"github.com/macpd/macpd/internal/runtime"
+	"github.com/macpd/macpd/internal/server"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 type lifecycle = macpv1.WatchSessionsResponse
@@ -235,4 +242,281 @@ func TestWatchRoots(t *testing.T) {
 	nothing(t, ch, 50*time.Millisecond)
 	cancel()
 	wantStatus(t, streamErr(t, ch), codes.Canceled, "")
+}
+
+// sessionStates is a watcher's view: the latest state per session id.
+type sessionStates map[string]macpv1.SessionState
+
+// merge keeps the later of the known and the observed state (OPEN <
+// RESOLVED/EXPIRED; states never go back), so a ListSessions snapshot and
+// watch events can be combined in any order.
+func (m sessionStates) merge(md *macpv1.SessionMetadata) {
+	if m[md.SessionId] == macpv1.SessionState_SESSION_STATE_UNSPECIFIED || m[md.SessionId] == macpv1.SessionState_SESSION_STATE_OPEN {
+		m[md.SessionId] = md.State
+	}
+}
+
+func (m sessionStates) equal(o sessionStates) bool {
+	if len(m) != len(o) {
+		return false
+	}
+	for k, v := range m {
+		if o[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (m sessionStates) diff(o sessionStates) string {
+	var b strings.Builder
+	for k, v := range m {
+		if o[k] != v {
+			fmt.Fprintf(&b, "%s: %v vs %v; ", k, v, o[k])
+		}
+	}
+	for k, v := range o {
+		if _, ok := m[k]; !ok {
+			fmt.Fprintf(&b, "%s: missing vs %v; ", k, v)
+		}
+	}
+	return b.String()
+}
+
+// lifecycleView consumes a WatchSessions stream in the background.
+type lifecycleView struct {
+	mu     sync.Mutex
+	states sessionStates
+	events int
+	err    error
+}
+
+func (v *lifecycleView) consume(s grpc.ServerStreamingClient[macpv1.WatchSessionsResponse]) {
+	for {
+		r, err := s.Recv()
+		v.mu.Lock()
+		if err != nil {
+			v.err = err
+			v.mu.Unlock()
+			return
+		}
+		v.states.merge(r.Event.Session)
+		v.events++
+		v.mu.Unlock()
+	}
+}
+
+func (v *lifecycleView) snapshot() (sessionStates, int, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	c := make(sessionStates, len(v.states))
+	for k, s := range v.states {
+		c[k] = s
+	}
+	return c, v.events, v.err
+}
+
+// truth is the runtime's own view of every session agent may see.
+func (e *testEnv) truth(t *testing.T, agent string) sessionStates {
+	t.Helper()
+	r, err := e.c.ListSessions(as(agent), &macpv1.ListSessionsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := sessionStates{}
+	for _, md := range r.Sessions {
+		m[md.SessionId] = md.State
+	}
+	return m
+}
+
+// converge waits until view equals the runtime's view for agent.
+func (e *testEnv) converge(t *testing.T, what, agent string, view *lifecycleView) (events int) {
+	t.Helper()
+	want := e.truth(t, agent)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, n, err := view.snapshot()
+		if got.equal(want) {
+			return n
+		}
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("%s did not converge (stream error %v): %s", what, err, want.diff(got))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// churn starts n sessions from several goroutines (each with a large
+// context_id, so lifecycle events are big) and resolves a third, cancels a
+// third and leaves the rest OPEN.
+func (e *testEnv) churn(t *testing.T, n int) {
+	t.Helper()
+	ctxID := strings.Repeat("c", 2048)
+	const workers = 4
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += workers {
+				sid := uuid.NewString()
+				start := envelope(sid, "SessionStart", "start-"+sid, mustMarshal(t, &macpv1.SessionStartPayload{
+					Intent: "pick", Participants: []string{"alice", "bob"}, ModeVersion: "1.0.0",
+					ConfigurationVersion: "cfg-1", TtlMs: 60000, ContextId: ctxID}))
+				if ack := e.send(t, "alice", start); !ack.Ok {
+					t.Errorf("start: %v", ack.Error)
+					return
+				}
+				switch i % 3 {
+				case 0:
+					e.resolve(t, "alice", sid)
+				case 1:
+					if _, err := e.c.CancelSession(as("alice"), &macpv1.CancelSessionRequest{SessionId: sid}); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// Issue #5 item 5 acceptance: a WatchSessions client that stops reading
+// while many sessions are created and ended (its HTTP/2 window fills and
+// the server's Send blocks) is not disconnected: what it missed is
+// coalesced to the latest state of each session, so after draining it
+// holds exactly the per-session state of a watcher that kept up (and of
+// ListSessions), having received fewer events. Acceptance did not wait
+// for it: every Send of the burst returned while it was stalled.
+func TestWatchSessionsStalledWatcherCoalesces(t *testing.T) {
+	e := startApp(t, testConfig())
+	keeper := &lifecycleView{states: sessionStates{}}
+	ks, err := e.c.WatchSessions(asT(t, "bob"), &macpv1.WatchSessionsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go keeper.consume(ks)
+
+	// The stalled client has its own connection with a fixed 64 KiB
+	// window (no BDP growth), so a few dozen 2 KiB events block the
+	// server's Send.
+	conn, err := grpc.NewClient(e.app.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ss, err := macpv1.NewMACPRuntimeServiceClient(conn).WatchSessions(asT(t, "bob"), &macpv1.WatchSessionsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ss.Header(); err != nil { // subscribed
+		t.Fatal(err)
+	}
+	eventually(t, "both watchers subscribed", func() bool { return e.rt.Lifecycle.Len() == 2 })
+
+	const n = 300
+	start := time.Now()
+	e.churn(t, n)
+	t.Logf("%d sessions started and %d ended in %v with a stalled watcher", n, n*2/3, time.Since(start))
+	kept := e.converge(t, "keeper", "bob", keeper)
+
+	stalled := &lifecycleView{states: sessionStates{}}
+	go stalled.consume(ss)
+	got := e.converge(t, "stalled watcher", "bob", stalled)
+	t.Logf("keeper received %d events, stalled watcher %d", kept, got)
+	if got >= kept {
+		t.Fatalf("stalled watcher received %d events, keeper %d: nothing was coalesced (the stall did not happen)", got, kept)
+	}
+}
+
+// Issue #5 item 5: a consumer that disconnects and reconnects (watch,
+// wait for the subscribed header, ListSessions, merge) while sessions keep
+// changing ends in the same per-session state as one that never
+// disconnected.
+func TestWatchSessionsResyncAfterReconnect(t *testing.T) {
+	e := startApp(t, testConfig())
+	keeper := &lifecycleView{states: sessionStates{}}
+	ks, err := e.c.WatchSessions(asT(t, "bob"), &macpv1.WatchSessionsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go keeper.consume(ks)
+	eventually(t, "keeper subscribed", func() bool { return e.rt.Lifecycle.Len() == 1 })
+
+	// The reconnecting consumer's state survives across its streams.
+	states := sessionStates{}
+	for round := range 4 {
+		view := &lifecycleView{states: states}
+		ctx, cancel := context.WithCancel(as("bob"))
+		s, err := e.c.WatchSessions(ctx, &macpv1.WatchSessionsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { defer close(done); e.churn(t, 60) }() // changes race with the re-sync
+		md, err := s.Header()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(md.Get(server.HeaderWatchSubscribed)) != 1 {
+			t.Fatalf("round %d: header %v lacks %s", round, md, server.HeaderWatchSubscribed)
+		}
+		list, err := e.c.ListSessions(as("bob"), &macpv1.ListSessionsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		view.mu.Lock()
+		for _, m := range list.Sessions {
+			view.states.merge(m)
+		}
+		view.mu.Unlock()
+		go view.consume(s)
+		<-done
+		e.converge(t, fmt.Sprintf("round %d: reconnected consumer", round), "bob", view)
+		cancel() // disconnect; sessions change while it is away
+		eventually(t, "stream ended", func() bool { _, _, err := view.snapshot(); return err != nil })
+		e.churn(t, 30)
+		states, _, _ = view.snapshot()
+	}
+	e.converge(t, "keeper", "bob", keeper)
+}
+
+// checklist SEC-6 (bounded buffers): a watcher with more distinct sessions
+// pending than runtime Options.MaxWatchPending is ended with RATE_LIMITED
+// and told to re-sync; events for sessions already pending coalesce and
+// never count against the cap.
+func TestWatchSessionsOverflowEndsWithResync(t *testing.T) {
+	e, _, _ := startService(t, server.Options{}, runtime.Options{MaxWatchPending: 4})
+	big := strings.Repeat("x", 256<<10) // fills the HTTP/2 window: the server's Send blocks
+	s, err := e.c.WatchSessions(asT(t, "alice"), &macpv1.WatchSessionsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "subscription", func() bool { return e.rt.Lifecycle.Len() == 1 })
+	ev := func(sid string) runtime.LifecycleEvent {
+		md := &macpv1.SessionMetadata{SessionId: sid, Initiator: "alice", ContextId: big, State: macpv1.SessionState_SESSION_STATE_OPEN}
+		return runtime.LifecycleEvent{Type: created, Session: md, ObservedMs: 1}
+	}
+	for range 200 {
+		e.rt.Lifecycle.Publish(ev("same"))
+	}
+	time.Sleep(50 * time.Millisecond)
+	if e.rt.Lifecycle.Len() != 1 {
+		t.Fatal("a watcher was ended although one session was pending")
+	}
+	for i := 0; e.rt.Lifecycle.Len() > 0; i++ {
+		if i > 1000 {
+			t.Fatal("watcher never ended")
+		}
+		e.rt.Lifecycle.Publish(ev(fmt.Sprint("s", i)))
+		time.Sleep(time.Millisecond)
+	}
+	err = streamErr(t, recvAsync(s))
+	wantStatus(t, err, codes.ResourceExhausted, "RATE_LIMITED")
+	if !strings.Contains(err.Error(), "ListSessions") {
+		t.Fatalf("error does not say how to re-sync: %v", err)
+	}
 }
