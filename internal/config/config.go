@@ -59,6 +59,9 @@ type Config struct {
 	// Auth holds the authentication settings (static tokens, JWT, client
 	// certificates) and the plaintext / dev-identity switches (auth.go).
 	Auth AuthConfig
+	// Limits holds the abuse limits: rates, connections, streams,
+	// timeouts (limits.go).
+	Limits LimitsConfig
 }
 
 // Default returns the documented defaults.
@@ -76,6 +79,7 @@ func Default() Config {
 		ShutdownGrace:   10 * time.Second,
 		StreamHeartbeat: 100 * time.Millisecond,
 		EvictAfter:      5 * time.Minute,
+		Limits:          DefaultLimits(),
 	}
 }
 
@@ -136,6 +140,7 @@ func (c *Config) Validate() error {
 			"or MACP_ALLOW_INSECURE=1 (--insecure) to serve plaintext with dev bearer identities"))
 	}
 	errs = append(errs, c.validateAuth()...)
+	errs = append(errs, c.validateLimits()...)
 	return errors.Join(errs...)
 }
 
@@ -220,6 +225,7 @@ func (c *Config) FromEnv(lookup Env) error {
 	millis("MACP_SHUTDOWN_GRACE_MS", &c.ShutdownGrace)
 	millis("MACP_STREAM_HEARTBEAT_MS", &c.StreamHeartbeat)
 	errs = append(errs, c.authFromEnv(lookup)...)
+	errs = append(errs, c.limitsFromEnv(lookup)...)
 	return errors.Join(errs...)
 }
 
@@ -255,4 +261,5 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.StreamHeartbeat, "stream-heartbeat", c.StreamHeartbeat, "heartbeat Signal interval on idle StreamSession streams, 0 = none (MACP_STREAM_HEARTBEAT_MS)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "graceful shutdown timeout (MACP_SHUTDOWN_GRACE_MS)")
 	c.registerAuthFlags(fs)
+	c.registerLimitFlags(fs)
 }

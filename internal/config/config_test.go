@@ -34,6 +34,7 @@ func TestDefault(t *testing.T) {
 		ShutdownGrace:   10 * time.Second,
 		StreamHeartbeat: 100 * time.Millisecond,
 		EvictAfter:      5 * time.Minute,
+		Limits:          DefaultLimits(),
 	}
 	if c != want {
 		t.Fatalf("Default()\n got %+v\nwant %+v", c, want)
@@ -76,7 +77,7 @@ func TestFromEnvEveryVariable(t *testing.T) {
 		TLSCertPath: "/etc/macp/cert.pem", TLSKeyPath: "/etc/macp/key.pem",
 		MaxPayloadBytes: 2048, MaxTTL: time.Minute, MaxParticipants: 7, MaxOpenSessions: 3,
 		StartSkew: 0, LogLevel: "debug", LogFormat: "json", ShutdownGrace: 2500 * time.Millisecond,
-		StreamHeartbeat: 0, EvictAfter: 5 * time.Minute,
+		StreamHeartbeat: 0, EvictAfter: 5 * time.Minute, Limits: DefaultLimits(),
 	}
 	if c != want {
 		t.Fatalf("FromEnv\n got %+v\nwant %+v", c, want)
@@ -181,6 +182,7 @@ func TestFlagsOverrideEnv(t *testing.T) {
 		TLSCertPath: "c.pem", TLSKeyPath: "k.pem", MaxPayloadBytes: 100, MaxTTL: 2 * time.Hour,
 		MaxParticipants: 9, MaxOpenSessions: 4, StartSkew: 0, LogLevel: "debug", LogFormat: "json",
 		ShutdownGrace: time.Second, StreamHeartbeat: 100 * time.Millisecond, EvictAfter: 5 * time.Minute,
+		Limits: DefaultLimits(),
 	}
 	if c != want {
 		t.Fatalf("after flags\n got %+v\nwant %+v", c, want)

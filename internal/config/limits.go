@@ -1,0 +1,188 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+)
+
+// LimitsConfig holds the abuse limits (docs/security.md "Limits"). Every
+// limit is a setting; 0 disables a limit unless its comment says
+// otherwise. Payload size, participants, TTL and open sessions per
+// initiator are the Config fields of the same names.
+type LimitsConfig struct {
+	// SessionStartsPerMinute is the per-sender SessionStart rate, a token
+	// bucket with a burst of one minute's allowance (RATE_LIMITED beyond)
+	// (MACP_SESSION_START_LIMIT_PER_MINUTE, --session-start-limit).
+	SessionStartsPerMinute int
+	// MessagesPerMinute is the per-sender rate of every other envelope,
+	// Signals and Progress included (MACP_MESSAGE_LIMIT_PER_MINUTE,
+	// --message-limit).
+	MessagesPerMinute int
+	// MaxConnections caps concurrent client connections; further ones wait
+	// in the listen backlog until one closes (MACP_MAX_CONNECTIONS,
+	// --max-connections).
+	MaxConnections int
+	// MaxConcurrentStreams caps concurrent calls (HTTP/2 streams) per
+	// connection (MACP_MAX_CONCURRENT_STREAMS, --max-concurrent-streams).
+	MaxConcurrentStreams int
+	// MaxStreamsPerIdentity caps the streaming calls (StreamSession and the
+	// Watch* calls) one identity has open at once; unauthenticated
+	// discovery watches count per client address
+	// (MACP_MAX_STREAMS_PER_IDENTITY, --max-streams-per-identity).
+	MaxStreamsPerIdentity int
+	// MaxStreamsPerSession caps the StreamSession streams attached to one
+	// session (MACP_MAX_STREAMS_PER_SESSION, --max-streams-per-session).
+	MaxStreamsPerSession int
+	// UnaryTimeout bounds every unary call: a client deadline that is later
+	// or absent is replaced by it (MACP_UNARY_TIMEOUT_MS, --unary-timeout).
+	UnaryTimeout time.Duration
+	// HandshakeTimeout bounds a new connection's TLS handshake and HTTP/2
+	// preface; 0 means gRPC's default, 120 s (MACP_HANDSHAKE_TIMEOUT_MS,
+	// --handshake-timeout).
+	HandshakeTimeout time.Duration
+	// MaxConnectionIdle closes (GOAWAY) a connection that has had no call
+	// in flight for this long (MACP_MAX_CONNECTION_IDLE_MS,
+	// --max-connection-idle).
+	MaxConnectionIdle time.Duration
+	// KeepaliveTime is how long a connection may be silent before the
+	// server pings it; KeepaliveTimeout how long it then waits for the
+	// answer before closing it. 0 means gRPC's defaults, 2 h and 20 s
+	// (MACP_KEEPALIVE_TIME_MS, --keepalive-time; MACP_KEEPALIVE_TIMEOUT_MS,
+	// --keepalive-timeout).
+	KeepaliveTime, KeepaliveTimeout time.Duration
+	// KeepaliveMinTime is the shortest interval at which clients may send
+	// keepalive pings (with or without calls in flight); a client pinging
+	// more often is disconnected (GOAWAY ENHANCE_YOUR_CALM). 0 means gRPC's
+	// default, 5 min (MACP_KEEPALIVE_MIN_TIME_MS, --keepalive-min-time).
+	KeepaliveMinTime time.Duration
+}
+
+// DefaultLimits returns the documented defaults. The two rates are the
+// reference runtime's.
+func DefaultLimits() LimitsConfig {
+	return LimitsConfig{
+		SessionStartsPerMinute: 60,
+		MessagesPerMinute:      600,
+		MaxConnections:         4096,
+		MaxConcurrentStreams:   100,
+		MaxStreamsPerIdentity:  256,
+		MaxStreamsPerSession:   1024,
+		UnaryTimeout:           30 * time.Second,
+		HandshakeTimeout:       10 * time.Second,
+		MaxConnectionIdle:      5 * time.Minute,
+		KeepaliveTime:          time.Minute,
+		KeepaliveTimeout:       20 * time.Second,
+		KeepaliveMinTime:       10 * time.Second,
+	}
+}
+
+// validateLimits reports problems with the limits, each naming its
+// environment variable and flag. Called by Config.Validate.
+func (c *Config) validateLimits() []error {
+	l := &c.Limits
+	var errs []error
+	nonNegative := func(name string, v int64) {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("%s %d must not be negative (0 = no limit)", name, v))
+		}
+	}
+	nonNegative("MACP_SESSION_START_LIMIT_PER_MINUTE (--session-start-limit)", int64(l.SessionStartsPerMinute))
+	nonNegative("MACP_MESSAGE_LIMIT_PER_MINUTE (--message-limit)", int64(l.MessagesPerMinute))
+	nonNegative("MACP_MAX_CONNECTIONS (--max-connections)", int64(l.MaxConnections))
+	nonNegative("MACP_MAX_STREAMS_PER_IDENTITY (--max-streams-per-identity)", int64(l.MaxStreamsPerIdentity))
+	nonNegative("MACP_MAX_STREAMS_PER_SESSION (--max-streams-per-session)", int64(l.MaxStreamsPerSession))
+	if l.MaxConcurrentStreams < 0 || int64(l.MaxConcurrentStreams) > math.MaxUint32 {
+		errs = append(errs, fmt.Errorf("MACP_MAX_CONCURRENT_STREAMS (--max-concurrent-streams) %d must be between 0 (no limit) and %d",
+			l.MaxConcurrentStreams, uint32(math.MaxUint32)))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"MACP_UNARY_TIMEOUT_MS (--unary-timeout)", l.UnaryTimeout},
+		{"MACP_HANDSHAKE_TIMEOUT_MS (--handshake-timeout)", l.HandshakeTimeout},
+		{"MACP_MAX_CONNECTION_IDLE_MS (--max-connection-idle)", l.MaxConnectionIdle},
+		{"MACP_KEEPALIVE_TIME_MS (--keepalive-time)", l.KeepaliveTime},
+		{"MACP_KEEPALIVE_TIMEOUT_MS (--keepalive-timeout)", l.KeepaliveTimeout},
+		{"MACP_KEEPALIVE_MIN_TIME_MS (--keepalive-min-time)", l.KeepaliveMinTime},
+	} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s %v must not be negative", d.name, d.v))
+		}
+	}
+	return errs
+}
+
+// limitsFromEnv applies the MACP_* limit variables.
+func (c *Config) limitsFromEnv(lookup Env) []error {
+	l := &c.Limits
+	var errs []error
+	integer := func(name string, dst *int) {
+		if v, ok := lookup(name); ok && v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				if errors.Is(err, strconv.ErrRange) {
+					errs = append(errs, fmt.Errorf("%s: %q is out of range", name, v))
+				} else {
+					errs = append(errs, fmt.Errorf("%s: %q is not an integer", name, v))
+				}
+				return
+			}
+			*dst = n
+		}
+	}
+	millis := func(name string, dst *time.Duration) {
+		if v, ok := lookup(name); ok && v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			const maxMs = int64(math.MaxInt64 / time.Millisecond)
+			if err != nil || n > maxMs || n < -maxMs {
+				errs = append(errs, fmt.Errorf("%s: %q is not an integer number of milliseconds (at most %d)", name, v, maxMs))
+				return
+			}
+			*dst = time.Duration(n) * time.Millisecond
+		}
+	}
+	integer("MACP_SESSION_START_LIMIT_PER_MINUTE", &l.SessionStartsPerMinute)
+	integer("MACP_MESSAGE_LIMIT_PER_MINUTE", &l.MessagesPerMinute)
+	integer("MACP_MAX_CONNECTIONS", &l.MaxConnections)
+	integer("MACP_MAX_CONCURRENT_STREAMS", &l.MaxConcurrentStreams)
+	integer("MACP_MAX_STREAMS_PER_IDENTITY", &l.MaxStreamsPerIdentity)
+	integer("MACP_MAX_STREAMS_PER_SESSION", &l.MaxStreamsPerSession)
+	millis("MACP_UNARY_TIMEOUT_MS", &l.UnaryTimeout)
+	millis("MACP_HANDSHAKE_TIMEOUT_MS", &l.HandshakeTimeout)
+	millis("MACP_MAX_CONNECTION_IDLE_MS", &l.MaxConnectionIdle)
+	millis("MACP_KEEPALIVE_TIME_MS", &l.KeepaliveTime)
+	millis("MACP_KEEPALIVE_TIMEOUT_MS", &l.KeepaliveTimeout)
+	millis("MACP_KEEPALIVE_MIN_TIME_MS", &l.KeepaliveMinTime)
+	return errs
+}
+
+// registerLimitFlags binds the limit flags.
+func (c *Config) registerLimitFlags(fs *flag.FlagSet) {
+	l := &c.Limits
+	fs.IntVar(&l.SessionStartsPerMinute, "session-start-limit", l.SessionStartsPerMinute,
+		"SessionStarts per sender per minute, 0 = unlimited (MACP_SESSION_START_LIMIT_PER_MINUTE)")
+	fs.IntVar(&l.MessagesPerMinute, "message-limit", l.MessagesPerMinute,
+		"other envelopes per sender per minute, 0 = unlimited (MACP_MESSAGE_LIMIT_PER_MINUTE)")
+	fs.IntVar(&l.MaxConnections, "max-connections", l.MaxConnections, "concurrent client connections, 0 = unlimited (MACP_MAX_CONNECTIONS)")
+	fs.IntVar(&l.MaxConcurrentStreams, "max-concurrent-streams", l.MaxConcurrentStreams,
+		"concurrent calls per connection, 0 = unlimited (MACP_MAX_CONCURRENT_STREAMS)")
+	fs.IntVar(&l.MaxStreamsPerIdentity, "max-streams-per-identity", l.MaxStreamsPerIdentity,
+		"open streaming calls per identity, 0 = unlimited (MACP_MAX_STREAMS_PER_IDENTITY)")
+	fs.IntVar(&l.MaxStreamsPerSession, "max-streams-per-session", l.MaxStreamsPerSession,
+		"StreamSession streams per session, 0 = unlimited (MACP_MAX_STREAMS_PER_SESSION)")
+	fs.DurationVar(&l.UnaryTimeout, "unary-timeout", l.UnaryTimeout, "longest unary call, 0 = the client's deadline (MACP_UNARY_TIMEOUT_MS)")
+	fs.DurationVar(&l.HandshakeTimeout, "handshake-timeout", l.HandshakeTimeout,
+		"TLS handshake and HTTP/2 preface timeout of new connections, 0 = 120s (MACP_HANDSHAKE_TIMEOUT_MS)")
+	fs.DurationVar(&l.MaxConnectionIdle, "max-connection-idle", l.MaxConnectionIdle,
+		"close connections without calls for this long, 0 = never (MACP_MAX_CONNECTION_IDLE_MS)")
+	fs.DurationVar(&l.KeepaliveTime, "keepalive-time", l.KeepaliveTime, "ping connections silent for this long, 0 = 2h (MACP_KEEPALIVE_TIME_MS)")
+	fs.DurationVar(&l.KeepaliveTimeout, "keepalive-timeout", l.KeepaliveTimeout,
+		"close a pinged connection that does not answer within this, 0 = 20s (MACP_KEEPALIVE_TIMEOUT_MS)")
+	fs.DurationVar(&l.KeepaliveMinTime, "keepalive-min-time", l.KeepaliveMinTime,
+		"shortest keepalive ping interval allowed to clients, 0 = 5m (MACP_KEEPALIVE_MIN_TIME_MS)")
+}
