@@ -107,6 +107,11 @@ type FollowOptions struct {
 	// OnStart is called once with the session's last durable sequence
 	// number when following begins (before any record is delivered).
 	OnStart func(lastSeq uint64)
+	// OnStartAfter is called with OnStart and also reports the effective
+	// after: records with Seq > after are delivered. It differs from the
+	// requested after only when that was beyond the end (LiveSinceMs), so
+	// transports can tell clients where counting starts.
+	OnStartAfter func(lastSeq, after uint64)
 }
 
 // ErrFollowEnded is returned by Follow when the session reached a
@@ -115,9 +120,10 @@ var ErrFollowEnded = errors.New("runtime: session ended")
 
 // Follow delivers the session's records with Seq > after to fn, in order,
 // then live records as they become durable, until the session ends
-// (ErrFollowEnded, after the terminal record was delivered), ctx ends, or
-// fn fails. Records without an envelope (TTL expiry) are delivered too so
-// the caller sees the end; transports skip them. Only the initiator,
+// (ErrFollowEnded, after the terminal record was delivered, or at once if
+// the session is terminal and after is at or beyond its last record), ctx
+// ends, or fn fails. Records without an envelope (TTL expiry) are
+// delivered too so the caller sees the end; transports skip them. Only the initiator,
 // declared participants and observers may follow (FORBIDDEN); an unknown
 // session is SESSION_NOT_FOUND.
 func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID string, after uint64, opts FollowOptions, fn func(session.Record) error) error {
@@ -125,14 +131,20 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 	if cerr != nil {
 		return cerr
 	}
-	allowed := false
-	if err := r.readDurable(ctx, o, func(s *session.Session) { allowed = visible(id, s) }); err != nil {
+	// last and terminal are read together, while everything decided is
+	// durable: a terminal session's last record is its terminal record.
+	var (
+		allowed, terminal bool
+		last              uint64
+	)
+	if err := r.readDurable(ctx, o, func(s *session.Session) {
+		allowed, terminal, last = visible(id, s), s.Status.Terminal(), s.Seq
+	}); err != nil {
 		return err
 	}
 	if !allowed {
 		return coord.Errorf(coord.CodeForbidden, "%s may not follow session %s", id.Sender, sessionID)
 	}
-	last := o.durable()
 	if after > last && opts.LiveSinceMs == 0 {
 		after = last // live from now
 	}
@@ -154,6 +166,14 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 	}
 	if opts.OnStart != nil {
 		opts.OnStart(last)
+	}
+	if opts.OnStartAfter != nil {
+		opts.OnStartAfter(last, after)
+	}
+	if terminal && after >= last {
+		// Nothing is left and nothing will come: the terminal record was
+		// at or before after.
+		return ErrFollowEnded
 	}
 	next := after + 1
 	deliver := func(rec session.Record) error {

@@ -29,7 +29,8 @@ const (
 	// this stream delivers (the effective after_sequence).
 	HeaderResumeFrom = "macp-resume-after"
 	// TrailerLastSeq is sent in the trailer: the sequence number of the
-	// last session envelope this stream delivered.
+	// last session envelope this stream delivered, or the resume-after
+	// header's value if it delivered none.
 	TrailerLastSeq = "macp-last-sequence"
 )
 
@@ -240,8 +241,8 @@ func (st *streamState) follow(ctx context.Context, sessionID string, after uint6
 	go func() {
 		err := st.s.rt.Follow(ctx, st.id, sessionID, after, runtime.FollowOptions{
 			LiveSinceMs: st.openedMs,
-			OnStart: func(lastSeq uint64) {
-				st.sendHeader(lastSeq, after)
+			OnStartAfter: func(lastSeq, from uint64) {
+				st.sendHeader(lastSeq, from)
 				started <- nil
 			},
 		}, func(rec session.Record) error {
@@ -273,16 +274,21 @@ func (st *streamState) follow(ctx context.Context, sessionID string, after uint6
 	return nil
 }
 
+// sendHeader sends the response header when delivery starts; after is the
+// effective after_sequence (Follow's, which differs from the requested one
+// when that was beyond the end). Until an envelope is delivered, the
+// trailer's last sequence is after too: resuming from it loses nothing.
 func (st *streamState) sendHeader(lastSeq, after uint64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	st.lastSent = after
 	if st.headerSent {
 		return
 	}
 	st.headerSent = true
 	_ = st.stream.SendHeader(metadata.Pairs(
 		HeaderSessionSeq, strconv.FormatUint(lastSeq, 10),
-		HeaderResumeFrom, strconv.FormatUint(min(after, lastSeq), 10),
+		HeaderResumeFrom, strconv.FormatUint(after, 10),
 	))
 }
 
