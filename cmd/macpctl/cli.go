@@ -45,7 +45,7 @@ type command struct {
 var commands []command
 
 func init() {
-	commands = []command{
+	commands = append([]command{
 		{"init", "", "negotiate the protocol version (Initialize) and print the runtime's answer", (*cli).initialize},
 		{"start", "[flags]", "start a session (SessionStart); prints the session id, then the ack", (*cli).start},
 		{"send", "--session ID --type TYPE [--payload-json JSON | --payload-b64 B64] [flags]", "send one envelope and print its ack", (*cli).send},
@@ -55,7 +55,7 @@ func init() {
 		{"watch", "sessions|signals [--count N]", "print one JSON line per lifecycle event or signal until interrupted", (*cli).watch},
 		{"modes", "", "list the runtime's modes", (*cli).modes},
 		{"manifest", "[AGENT_ID]", "print the runtime's (or an agent's) manifest", (*cli).manifest},
-	}
+	}, commands...) // other files' init functions may have registered commands already
 }
 
 // cli is one invocation.
