@@ -26,6 +26,9 @@ type Options struct {
 	// initiated (RATE_LIMITED beyond); 0 = no cap. An identity's own
 	// Capabilities.MaxOpenSessions overrides it.
 	MaxOpenSessionsPerInitiator int
+	// Rates are the per-sender SessionStart and message rates
+	// (ratelimit.go); the zero value limits nothing.
+	Rates RateLimits
 	// MaxCommitBatch caps how many commit requests one store append groups.
 	MaxCommitBatch int
 	// SubscriberBuffer bounds each watch subscriber's queue.
@@ -106,6 +109,8 @@ type Runtime struct {
 	Lifecycle *LifecycleFeed
 	// Registry carries mode-registry change hints.
 	Registry *Hub[int64]
+
+	rates *senderRates // per-sender rate limits (ratelimit.go)
 }
 
 // owner is the single owner of one session. mu serializes decisions; the
@@ -205,6 +210,7 @@ func New(st store.Store, modes *mode.Registry, policies policy.Lookup, opts Opti
 		Signals:     NewHub[*macpv1.Envelope](opts.SubscriberBuffer),
 		Lifecycle:   NewLifecycleFeed(opts.SubscriberBuffer, opts.MaxWatchPending),
 		Registry:    NewHub[int64](16),
+		rates:       newSenderRates(opts),
 	}
 	r.modes.Store(modes)
 	r.timers = newTimerLoop(opts.Now, r.expireByTimer)
@@ -456,6 +462,9 @@ func (r *Runtime) Send(ctx context.Context, id coord.Identity, env *macpv1.Envel
 		return nackFor(nil, coord.Errorf(coord.CodeInvalidEnvelope, "envelope is required"), 0)
 	}
 	env.Sender = id.Sender
+	if cerr := r.admit(ctx, id, env); cerr != nil { // ratelimit.go: sender's rate, ambient relations
+		return nackFor(env, cerr, 0)
+	}
 	if err := session.CheckEnvelope(env, r.opts.Limits); err != nil {
 		return nackFor(env, err, 0)
 	}
@@ -473,6 +482,10 @@ func (r *Runtime) Send(ctx context.Context, id coord.Identity, env *macpv1.Envel
 func (r *Runtime) step(ctx context.Context, env *macpv1.Envelope) *macpv1.Ack {
 	o, cerr := r.lockSession(ctx, env.SessionId)
 	if cerr != nil {
+		return nackFor(env, cerr, 0)
+	}
+	if cerr := r.authorizeStep(o.sess, env); cerr != nil { // authz.go: members only, before dedup
+		o.mu.Unlock()
 		return nackFor(env, cerr, 0)
 	}
 	now := r.nowMs()
