@@ -98,6 +98,8 @@ load echo64a "$echo_addr" echo --concurrency 64
 
 # macpd.
 export MACP_ALLOW_INSECURE=1 MACP_BIND_ADDR=127.0.0.1:0 MACP_LOG_LEVEL=info MACP_LOG_FORMAT=text
+# The load generator is one sender: lift the per-sender rate limits.
+export MACP_SESSION_START_LIMIT_PER_MINUTE=0 MACP_MESSAGE_LIMIT_PER_MINUTE=0
 export MACP_DATA_DIR=${MACP_DATA_DIR:-$dir/macpd-data}
 "$bin/macpd" >"$dir/macpd.log" 2>&1 &
 pids+=($!)

@@ -33,6 +33,7 @@ func startApp(t *testing.T, mutate ...func(*config.Config)) *app.App {
 	cfg := config.Default()
 	cfg.BindAddr = "127.0.0.1:0"
 	cfg.AllowInsecure = true
+	cfg.Limits.SessionStartsPerMinute, cfg.Limits.MessagesPerMinute = 0, 0 // load runs are not rate-limited
 	for _, m := range mutate {
 		m(&cfg)
 	}

@@ -95,6 +95,7 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 	rt := runtime.New(st, BuiltinModes(), policy.DefaultOnly{}, runtime.Options{
 		Limits:                      lim,
 		MaxOpenSessionsPerInitiator: cfg.MaxOpenSessions,
+		Rates:                       runtimeRates(cfg), // limits.go
 		StrictRecovery:              cfg.StrictRecovery,
 		Retention:                   cfg.Retention,
 		EvictAfter:                  cfg.EvictAfter,
@@ -121,6 +122,7 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 		// room for the rest of the request.
 		MaxRecvBytes:    cfg.MaxPayloadBytes + 64<<10,
 		StreamHeartbeat: cfg.StreamHeartbeat,
+		Limits:          serverLimits(cfg), // limits.go
 		Logger:          log,
 	})
 	var opts []grpc.ServerOption
@@ -164,6 +166,7 @@ func (a *App) Start(ctx context.Context) error {
 		return fmt.Errorf("listening on %s: %w", a.cfg.BindAddr, err)
 	}
 	a.lis = lis
+	lis = server.LimitListener(lis, a.cfg.Limits.MaxConnections) // MACP_MAX_CONNECTIONS
 	go func() { a.served <- a.grpc.Serve(lis) }()
 	a.log.Info("macpd serving", "addr", lis.Addr().String(), "version", Version,
 		"store", map[bool]string{true: "memory", false: a.cfg.DataDir}[a.cfg.MemoryOnly],

@@ -25,6 +25,7 @@ func startApp(t *testing.T) *app.App {
 	cfg := config.Default()
 	cfg.BindAddr = "127.0.0.1:0"
 	cfg.AllowInsecure = true
+	cfg.Limits.SessionStartsPerMinute, cfg.Limits.MessagesPerMinute = 0, 0 // a load generator is not rate-limited
 	a, err := app.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -124,19 +124,31 @@ func (r *Runtime) mayRead(ctx context.Context, id coord.Identity, sessionID stri
 //
 //   - observers receive every Signal and Progress;
 //   - the sender receives its own;
-//   - one related to a session (Progress with a session_id, a Signal with
-//     correlation_session_id) goes to that session's initiator and
-//     declared participants only - if the session is unknown, to nobody
-//     else;
-//   - an unrelated one goes to every authenticated subscriber.
+//   - one related to an existing session (Progress with a session_id, a
+//     Signal with correlation_session_id) goes to that session's initiator
+//     and declared participants only;
+//   - any other (unrelated, or naming a session that does not exist) goes
+//     to every authenticated subscriber: there is nothing to protect, and
+//     only members can send one related to an existing session.
 func (r *Runtime) MaySeeSignal(ctx context.Context, id coord.Identity, env *macpv1.Envelope) bool {
 	if id.Caps.IsObserver || (id.Sender != "" && env.GetSender() == id.Sender) {
 		return true
 	}
+	if id.Sender == "" {
+		return false
+	}
 	sid := ambientSession(env)
 	if sid == "" {
-		return id.Sender != ""
+		return true
 	}
-	_, ok := r.mayRead(ctx, id, sid)
-	return ok
+	known, ok := r.mayRead(ctx, id, sid)
+	return ok || !known
+}
+
+// MayRead reports whether a session exists (in memory, or terminal in the
+// store) and whether id may read it (initiator, declared participant,
+// observer). It never loads a session; transports use it to decide what
+// to count against a session before the runtime answers.
+func (r *Runtime) MayRead(ctx context.Context, id coord.Identity, sessionID string) (known, allowed bool) {
+	return r.mayRead(ctx, id, sessionID)
 }

@@ -104,12 +104,12 @@ func TestSignalVisibility(t *testing.T) {
 		id                     coord.Identity
 		related, unknown, open bool
 	}{
-		{initID, true, false, true},
-		{aliceID, true, false, true},
-		{bobID, true, false, true},
+		{initID, true, true, true},
+		{aliceID, true, true, true},
+		{bobID, true, true, true},
 		{observerID, true, true, true},
-		{outsiderID, false, true, true}, // sender of unknown and plain
-		{coord.Identity{Sender: "agent://other"}, false, false, true},
+		{outsiderID, false, true, true},
+		{coord.Identity{Sender: "agent://other"}, false, true, true},
 		{coord.Identity{}, false, false, false}, // unauthenticated
 	}
 	for _, c := range cases {

@@ -45,7 +45,9 @@ type Options struct {
 	// StreamHeartbeat is how often an idle bound StreamSession gets an
 	// ambient heartbeat Signal; 0 disables heartbeats.
 	StreamHeartbeat time.Duration
-	Logger          *slog.Logger
+	// Limits are the transport abuse limits (limits.go); zero = none.
+	Limits Limits
+	Logger *slog.Logger
 }
 
 // Service implements macp.v1.MACPRuntimeService.
@@ -60,6 +62,8 @@ type Service struct {
 	// it so open streams end when the server drains.
 	drain    context.Context
 	drainNow context.CancelFunc
+
+	lim *streamLimits // stream counters (limits.go)
 }
 
 // New returns the service over rt, authenticating with a.
@@ -68,7 +72,7 @@ func New(rt *runtime.Runtime, a auth.Authenticator, opts Options) *Service {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	drain, drainNow := context.WithCancel(context.Background())
-	return &Service{rt: rt, auth: a, opts: opts, log: opts.Logger, drain: drain, drainNow: drainNow}
+	return &Service{rt: rt, auth: a, opts: opts, log: opts.Logger, drain: drain, drainNow: drainNow, lim: newStreamLimits(opts.Limits)}
 }
 
 // Drain ends every open stream (the watch streams idle until the client
@@ -167,9 +171,10 @@ func (s *Service) StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.St
 // reflection registered. extra options are appended (credentials, ...).
 func (s *Service) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(s.UnaryInterceptor),
-		grpc.ChainStreamInterceptor(s.StreamInterceptor),
+		grpc.ChainUnaryInterceptor(s.UnaryInterceptor, s.limitUnary),    // limits.go: after authentication
+		grpc.ChainStreamInterceptor(s.StreamInterceptor, s.limitStream), // limits.go: stream slots, WatchSignals filter
 	}
+	opts = append(opts, s.limitOptions()...) // limits.go: streams per connection, keepalive, handshake
 	if s.opts.MaxRecvBytes > 0 {
 		opts = append(opts, grpc.MaxRecvMsgSize(s.opts.MaxRecvBytes))
 	}

@@ -1,0 +1,33 @@
+package app
+
+import (
+	"github.com/macpd/macpd/internal/config"
+	"github.com/macpd/macpd/internal/runtime"
+	"github.com/macpd/macpd/internal/server"
+)
+
+// Abuse limits from the configuration (docs/security.md "Limits").
+
+// runtimeRates are the per-sender rates the runtime enforces.
+func runtimeRates(cfg config.Config) runtime.RateLimits {
+	return runtime.RateLimits{
+		SessionStartsPerMinute: cfg.Limits.SessionStartsPerMinute,
+		MessagesPerMinute:      cfg.Limits.MessagesPerMinute,
+	}
+}
+
+// serverLimits are the transport limits of the gRPC binding.
+func serverLimits(cfg config.Config) server.Limits {
+	l := cfg.Limits
+	return server.Limits{
+		MaxConcurrentStreams:  uint32(l.MaxConcurrentStreams), // validated to fit
+		MaxStreamsPerIdentity: l.MaxStreamsPerIdentity,
+		MaxStreamsPerSession:  l.MaxStreamsPerSession,
+		UnaryTimeout:          l.UnaryTimeout,
+		HandshakeTimeout:      l.HandshakeTimeout,
+		MaxConnectionIdle:     l.MaxConnectionIdle,
+		KeepaliveTime:         l.KeepaliveTime,
+		KeepaliveTimeout:      l.KeepaliveTimeout,
+		KeepaliveMinTime:      l.KeepaliveMinTime,
+	}
+}
