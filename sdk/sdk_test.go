@@ -35,6 +35,7 @@ import (
 func startApp(t *testing.T, mutate ...func(*config.Config)) *app.App {
 	t.Helper()
 	cfg := config.Default()
+	cfg.MemoryOnly = true // tests keep history in memory; the durable default has its own tests
 	cfg.BindAddr = "127.0.0.1:0"
 	cfg.AllowInsecure = true
 	for _, m := range mutate {
@@ -568,6 +569,7 @@ func TestRetryUntilRuntimeIsUp(t *testing.T) {
 	go func() {
 		time.Sleep(300 * time.Millisecond)
 		cfg := config.Default()
+		cfg.MemoryOnly = true // tests keep history in memory; the durable default has its own tests
 		cfg.BindAddr, cfg.AllowInsecure = addr, true
 		a, err := app.New(cfg, nil)
 		if err == nil {

@@ -31,6 +31,7 @@ import (
 func startApp(t *testing.T, mutate ...func(*config.Config)) *app.App {
 	t.Helper()
 	cfg := config.Default()
+	cfg.MemoryOnly = true // tests keep history in memory; the durable default has its own tests
 	cfg.BindAddr = "127.0.0.1:0"
 	cfg.AllowInsecure = true
 	cfg.Limits.SessionStartsPerMinute, cfg.Limits.MessagesPerMinute = 0, 0 // load runs are not rate-limited

@@ -34,6 +34,7 @@ func cleanEnv(t *testing.T, kv ...string) {
 	for _, k := range macpVars {
 		t.Setenv(k, "")
 	}
+	t.Setenv("MACP_DATA_DIR", t.TempDir()) // the durable default, never in the source tree
 	for i := 0; i+1 < len(kv); i += 2 {
 		t.Setenv(kv[i], kv[i+1])
 	}
@@ -183,7 +184,7 @@ func startMacpd(t *testing.T, extraEnv ...string) (*exec.Cmd, *syncBuffer, strin
 			env = append(env, kv)
 		}
 	}
-	cmd.Env = append(append(env, "MACP_ALLOW_INSECURE=1", "MACP_BIND_ADDR="+addr), extraEnv...)
+	cmd.Env = append(append(env, "MACP_ALLOW_INSECURE=1", "MACP_BIND_ADDR="+addr, "MACP_DATA_DIR="+t.TempDir()), extraEnv...)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {

@@ -5,7 +5,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,6 +26,7 @@ import (
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/internal/store/memstore"
+	"github.com/macpd/macpd/internal/store/pebblestore"
 	"github.com/macpd/macpd/internal/tlsconf"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -73,7 +73,7 @@ func NewLogger(cfg config.Config, w io.Writer) *slog.Logger {
 }
 
 // New validates cfg and builds the App; Start serves it.
-func New(cfg config.Config, log *slog.Logger) (*App, error) {
+func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -81,10 +81,19 @@ func New(cfg config.Config, log *slog.Logger) (*App, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	var st store.Store
+	defer func() {
+		if err != nil && st != nil {
+			_ = st.Close() // release the data directory's lock
+		}
+	}()
 	if cfg.MemoryOnly {
 		st = memstore.New()
 	} else {
-		return nil, errors.New("the durable store is not available in this build yet: set MACP_MEMORY_ONLY=1 (or --memory-only)")
+		ps, err := pebblestore.Open(cfg.DataDir, pebblestore.Options{Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("opening the store in %s: %w", cfg.DataDir, err)
+		}
+		st = ps
 	}
 	lim := session.Limits{
 		MaxTTLMs:        cfg.MaxTTL.Milliseconds(),

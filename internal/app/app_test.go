@@ -19,6 +19,7 @@ import (
 func startApp(t *testing.T) (*app.App, macpv1.MACPRuntimeServiceClient) {
 	t.Helper()
 	cfg := config.Default()
+	cfg.MemoryOnly = true // tests keep history in memory; the durable default has its own tests
 	cfg.BindAddr = "127.0.0.1:0"
 	cfg.AllowInsecure = true
 	a, err := app.New(cfg, nil)
@@ -96,4 +97,55 @@ func TestDecisionSessionOverGRPC(t *testing.T) {
 	if md.Metadata.Initiator != "coord" || md.Metadata.State != macpv1.SessionState_SESSION_STATE_RESOLVED {
 		t.Fatalf("metadata: %v", md.Metadata)
 	}
+}
+
+// The default store is durable (issue #4): a session and its dedup set
+// survive a shutdown and a restart on the same data directory.
+func TestDurableDefaultSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	cfg := config.Default()
+	cfg.BindAddr = "127.0.0.1:0"
+	cfg.AllowInsecure = true
+	cfg.DataDir = dir
+	if cfg.MemoryOnly {
+		t.Fatal("the default configuration must be durable")
+	}
+	run := func(fn func(c macpv1.MACPRuntimeServiceClient)) {
+		a, err := app.New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		conn, err := grpc.NewClient(a.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn(macpv1.NewMACPRuntimeServiceClient(conn))
+		conn.Close()
+		if err := a.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sid := uuid.NewString()
+	start := &macpv1.Envelope{MacpVersion: "1.0", Mode: "macp.mode.decision.v1", MessageType: "SessionStart", MessageId: "m0",
+		SessionId: sid, TimestampUnixMs: time.Now().UnixMilli(), Payload: mustMarshal(t, &macpv1.SessionStartPayload{
+			Participants: []string{"alice"}, ModeVersion: "1.0.0", ConfigurationVersion: "c", TtlMs: 60000})}
+	run(func(c macpv1.MACPRuntimeServiceClient) {
+		r, err := c.Send(as("coord"), &macpv1.SendRequest{Envelope: start})
+		if err != nil || !r.Ack.Ok {
+			t.Fatalf("start: %v %v", r, err)
+		}
+	})
+	run(func(c macpv1.MACPRuntimeServiceClient) {
+		r, err := c.Send(as("coord"), &macpv1.SendRequest{Envelope: start})
+		if err != nil || !r.Ack.Ok || !r.Ack.Duplicate {
+			t.Fatalf("resent start after restart must be a duplicate: %v %v", r, err)
+		}
+		md, err := c.GetSession(as("alice"), &macpv1.GetSessionRequest{SessionId: sid})
+		if err != nil || md.Metadata.State != macpv1.SessionState_SESSION_STATE_OPEN || md.Metadata.Initiator != "coord" {
+			t.Fatalf("after restart: %v %v", md, err)
+		}
+	})
 }

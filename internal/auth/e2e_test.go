@@ -111,6 +111,7 @@ func TestEndToEndStaticTokensOverTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "ca")
 	cfg := config.Default()
+	cfg.MemoryOnly = true // tests keep history in memory; the durable default has its own tests
 	cfg.BindAddr = "127.0.0.1:0"
 	cfg.TLSCertPath, cfg.TLSKeyPath = ca.Server(t, "macpd").Write(t, dir, "server")
 	cfg.Auth.TokensJSON = e2eTokens
@@ -162,6 +163,7 @@ func TestEndToEndStaticTokensOverTLS(t *testing.T) {
 // enable dev identities. No authenticator at all refuses to start.
 func TestEndToEndSwitches(t *testing.T) {
 	cfg := config.Default()
+	cfg.MemoryOnly = true // tests keep history in memory; the durable default has its own tests
 	cfg.BindAddr = "127.0.0.1:0"
 	cfg.Auth.TokensJSON = e2eTokens
 	_, err := app.New(cfg, nil)
@@ -192,6 +194,7 @@ func TestEndToEndSwitches(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "ca")
 	cfg = config.Default()
+	cfg.MemoryOnly = true // tests keep history in memory; the durable default has its own tests
 	cfg.BindAddr = "127.0.0.1:0"
 	cfg.TLSCertPath, cfg.TLSKeyPath = ca.Server(t, "macpd").Write(t, dir, "server")
 	_, err = app.New(cfg, nil)
@@ -213,6 +216,7 @@ func TestEndToEndMTLS(t *testing.T) {
 	ca := tlstest.NewCA(t, "server-ca")
 	clientCA := tlstest.NewCA(t, "client-ca")
 	cfg := config.Default()
+	cfg.MemoryOnly = true // tests keep history in memory; the durable default has its own tests
 	cfg.BindAddr = "127.0.0.1:0"
 	cfg.TLSCertPath, cfg.TLSKeyPath = ca.Server(t, "macpd").Write(t, dir, "server")
 	cfg.Auth.TLSClientCAPath = clientCA.WriteCert(t, dir, "clients.pem")
@@ -246,6 +250,7 @@ func TestEndToEndJWT(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "ca")
 	cfg := config.Default()
+	cfg.MemoryOnly = true // tests keep history in memory; the durable default has its own tests
 	cfg.BindAddr = "127.0.0.1:0"
 	cfg.TLSCertPath, cfg.TLSKeyPath = ca.Server(t, "macpd").Write(t, dir, "server")
 	cfg.Auth.Issuer, cfg.Auth.JWKSJSON = "https://issuer.test", string(set)

@@ -26,6 +26,7 @@ func kinds(c Chain) []string {
 func TestFromConfigOrder(t *testing.T) {
 	rk := testRSAKey(t, 0)
 	cfg := config.Default()
+	cfg.MemoryOnly = true // tests keep history in memory; the durable default has its own tests
 	cfg.AllowInsecure = true
 	cfg.Auth.TokensJSON = tokenList
 	cfg.Auth.Issuer, cfg.Auth.JWKSJSON = testIssuer, jwks(rsaJWK("r1", &rk.PublicKey))
@@ -64,6 +65,7 @@ func TestFromConfigOrder(t *testing.T) {
 // Without dev identities an unknown bearer is UNAUTHENTICATED.
 func TestFromConfigNoDev(t *testing.T) {
 	cfg := config.Default()
+	cfg.MemoryOnly = true // tests keep history in memory; the durable default has its own tests
 	cfg.Auth.AllowPlaintext = true
 	cfg.Auth.TokensJSON = tokenList
 	c, err := FromConfig(cfg, nil)
@@ -82,6 +84,7 @@ func TestFromConfigNoDev(t *testing.T) {
 	}
 	// Only dev identities (MACP_ALLOW_DEV_IDENTITIES, not insecure).
 	cfg = config.Default()
+	cfg.MemoryOnly = true // tests keep history in memory; the durable default has its own tests
 	cfg.Auth.AllowDevIdentities = true
 	if c, err = FromConfig(cfg, nil); err != nil || !reflect.DeepEqual(kinds(c), []string{"auth.Dev"}) {
 		t.Fatalf("dev only: %v %v", kinds(c), err)
@@ -106,6 +109,7 @@ func TestFromConfigErrors(t *testing.T) {
 		"bad tokens + dev": {func(c *config.Config) { c.AllowInsecure, c.Auth.TokensJSON = true, "[" }, "MACP_AUTH_TOKENS_JSON"},
 	} {
 		cfg := config.Default()
+		cfg.MemoryOnly = true // tests keep history in memory; the durable default has its own tests
 		cfg.Auth.AllowPlaintext = true
 		tc.mut(&cfg)
 		if _, err := FromConfig(cfg, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -124,6 +128,7 @@ func TestFromConfigHS256File(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := config.Default()
+	cfg.MemoryOnly = true // tests keep history in memory; the durable default has its own tests
 	cfg.Auth.AllowPlaintext = true
 	cfg.Auth.Issuer, cfg.Auth.Audience, cfg.Auth.AllowHS256, cfg.Auth.HS256SecretFile = testIssuer, testAudience, true, path
 	c, err := FromConfig(cfg, nil)

@@ -69,7 +69,7 @@ func Default() Config {
 	return Config{
 		BindAddr:        "127.0.0.1:50051",
 		DataDir:         ".macp-data",
-		MemoryOnly:      true,
+		MemoryOnly:      false,
 		MaxPayloadBytes: 1 << 20,
 		MaxTTL:          24 * time.Hour,
 		MaxParticipants: 1000,

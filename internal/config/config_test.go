@@ -24,7 +24,7 @@ func TestDefault(t *testing.T) {
 	want := Config{
 		BindAddr:        "127.0.0.1:50051",
 		DataDir:         ".macp-data",
-		MemoryOnly:      true,
+		MemoryOnly:      false,
 		MaxPayloadBytes: 1048576,
 		MaxTTL:          86400000 * time.Millisecond,
 		MaxParticipants: 1000,

@@ -95,6 +95,7 @@ func startSecure(t *testing.T, toks []map[string]any, mutate func(*config.Config
 		t.Fatal(err)
 	}
 	cfg := config.Default()
+	cfg.MemoryOnly = true // tests keep history in memory; the durable default has its own tests
 	cfg.BindAddr = "127.0.0.1:0"
 	cfg.TLSCertPath, cfg.TLSKeyPath = certPath, keyPath
 	cfg.Auth.TokensJSON = string(list)

@@ -42,6 +42,7 @@ type testEnv struct {
 // 50051, which another process uses).
 func testConfig() config.Config {
 	cfg := config.Default()
+	cfg.MemoryOnly = true // tests keep history in memory; the durable default has its own tests
 	cfg.BindAddr = "127.0.0.1:0"
 	cfg.AllowInsecure = true
 	// Tests drive many sessions from one sender; the rate limits have

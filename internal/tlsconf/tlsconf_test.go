@@ -310,6 +310,7 @@ func TestFromConfig(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "ca")
 	cfg := config.Default()
+	cfg.MemoryOnly = true // tests keep history in memory; the durable default has its own tests
 	cfg.TLSCertPath, cfg.TLSKeyPath = ca.Server(t, "server").Write(t, dir, "server")
 	s, err := FromConfig(cfg, nil)
 	if err != nil || s.Current().ClientAuth != tls.NoClientCert {
