@@ -36,16 +36,16 @@ import (
 func mayAct(s *session.Session, env *macpv1.Envelope) *coord.Error {
 	b := &s.Binding
 	sender := env.Sender
+	if env.MessageType == coord.TypeSessionStart && sender != b.Initiator {
+		// A SessionStart for an existing id fails so, whoever sends it;
+		// only the initiator's resend can be a duplicate.
+		return coord.Errorf(coord.CodeSessionAlreadyExists, "session %s already exists", s.ID)
+	}
 	if sender == b.Initiator || b.IsParticipant(sender) {
 		return nil
 	}
 	if env.MessageType == coord.TypeCommitment && b.Policy != nil && b.Policy.MayCommit(sender, b.Initiator, b.Participants) {
 		return nil // a designated commitment authority outside the participants
-	}
-	if env.MessageType == coord.TypeSessionStart {
-		// Whoever sends it, a SessionStart for an existing id fails so;
-		// only the initiator's resend can be a duplicate.
-		return coord.Errorf(coord.CodeSessionAlreadyExists, "session %s already exists", s.ID)
 	}
 	return coord.Errorf(coord.CodeForbidden, "%s is not a participant of session %s", sender, s.ID)
 }
