@@ -538,3 +538,107 @@ func storedFrom(t *testing.T, rt *runtime.Runtime, sid string) []sdk.SessionEven
 	}
 	return out
 }
+
+// A real macpd restart on its durable store (same data directory, same
+// address): the subscription waits through the outage, resubscribes from
+// its cursor against the recovered session, and the application sees the
+// history before and after the restart exactly once, in order, up to the
+// end of the session.
+func TestSubscribeAcrossMacpdRestart(t *testing.T) {
+	cfg := config.Default()
+	cfg.BindAddr = "127.0.0.1:0"
+	cfg.AllowInsecure = true
+	cfg.MemoryOnly = false
+	cfg.DataDir = t.TempDir()
+	cfg.StreamHeartbeat = 10 * time.Millisecond
+	start := func() *app.App {
+		t.Helper()
+		var err error
+		for i := 0; i < 100; i++ { // the port was just released
+			var a *app.App
+			if a, err = app.New(cfg, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err = a.Start(context.Background()); err == nil {
+				t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+				return a
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatal(err)
+		return nil
+	}
+	a := start()
+	cfg.BindAddr = a.Addr() // restart on the same address
+	ctx := ctxLong(t)
+	initC := dial(t, a.Addr(), "init", sdk.WithRetry(20))
+	d := startDecision(t, initC, "alice")
+
+	sub := dial(t, a.Addr(), "alice").Subscribe(ctx, d.ID, 0, sdk.WithReconnectBackoff(5*time.Millisecond, 50*time.Millisecond))
+	defer sub.Close()
+	type result struct {
+		evs []sdk.SessionEvent
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		for {
+			ev, err := sub.Next()
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					r.err = err
+				}
+				done <- r
+				return
+			}
+			r.evs = append(r.evs, ev)
+		}
+	}()
+	propose := func(prefix string, n int) {
+		for i := 0; i < n; i++ {
+			mustOK(t, "propose")(d.Propose(ctx, fmt.Sprintf("%s-%d", prefix, i), "x", ""))
+		}
+	}
+	propose("before", 20)
+	time.Sleep(20 * time.Millisecond)
+	if err := a.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the subscription retries meanwhile
+	a = start()
+	propose("after", 20)
+	mustOK(t, "cancel")(d.Cancel(ctx, "end"))
+
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the subscription did not finish")
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	want := storedEnvelopes(t, a, d.ID)
+	if len(want) != 1+40+1 {
+		t.Fatalf("history has %d envelopes", len(want))
+	}
+	sameEvents(t, "across a macpd restart", want, r.evs)
+	if sub.Reconnects() == 0 {
+		t.Fatal("no reconnection")
+	}
+
+	// Once more, now that the session is terminal: after recovery the
+	// whole history replays and ends, and a subscription at the end ends
+	// at once.
+	if err := a.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a = start()
+	alice := dial(t, a.Addr(), "alice")
+	sameEvents(t, "recovered terminal session", want, drain(t, alice.Subscribe(ctx, d.ID, 0)))
+	n := want[len(want)-1].Seq
+	if got := drain(t, alice.Subscribe(ctx, d.ID, n)); len(got) != 0 {
+		t.Fatalf("after the end of a recovered terminal session: %d events", len(got))
+	}
+}
