@@ -1,0 +1,485 @@
+package crashtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// binDir holds the binaries built by buildBinaries; TestMain removes it.
+var binDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// binaries are macpd and macpctl, built once per test binary without the
+// race detector (the subprocess is what crashes, not what is checked).
+type binaries struct{ macpd, macpctl string }
+
+var buildBinaries = sync.OnceValues(func() (binaries, error) {
+	dir, err := os.MkdirTemp("", "macp-crashtest-bin")
+	if err != nil {
+		return binaries{}, err
+	}
+	binDir = dir
+	root, err := moduleRoot()
+	if err != nil {
+		return binaries{}, err
+	}
+	cmd := exec.Command(filepath.Join(goruntime.GOROOT(), "bin", "go"), "build", "-o", dir+string(filepath.Separator), "./cmd/macpd", "./cmd/macpctl")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return binaries{}, fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return binaries{filepath.Join(dir, "macpd"), filepath.Join(dir, "macpctl")}, nil
+})
+
+// moduleRoot is the directory holding go.mod above the working directory.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// freeAddr picks a free loopback port (never 50051, which belongs to
+// someone else's macpd).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		if !strings.HasSuffix(addr, ":50051") {
+			return addr
+		}
+	}
+}
+
+// daemon is the macpd subprocess, restarted on the same data directory and
+// address.
+type daemon struct {
+	t              *testing.T
+	bin, addr, dir string
+	logPath        string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan error
+	starts int
+	// kills counts SIGKILLs sent; killed is the last process killed.
+	kills   int
+	killed  *exec.Cmd
+	logFile *os.File
+}
+
+func newDaemon(t *testing.T, bin, workDir string) *daemon {
+	d := &daemon{t: t, bin: bin, addr: freeAddr(t), dir: filepath.Join(workDir, "data"), logPath: filepath.Join(workDir, "macpd.log")}
+	f, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.logFile = f
+	t.Cleanup(func() {
+		d.mu.Lock()
+		cmd, exited := d.cmd, d.exited
+		d.mu.Unlock()
+		if cmd != nil {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		f.Close()
+	})
+	return d
+}
+
+// logf writes a marker line into macpd.log between incarnations.
+func (d *daemon) logf(format string, args ...any) {
+	fmt.Fprintf(d.logFile, "=== crashtest %s: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+// start runs macpd and waits until grpc.health.v1 reports SERVING; it
+// returns how long that took (recovery included).
+func (d *daemon) start() time.Duration {
+	d.t.Helper()
+	t0 := time.Now()
+	for attempt := 0; ; attempt++ {
+		d.mu.Lock()
+		d.starts++
+		n := d.starts
+		d.mu.Unlock()
+		d.logf("start #%d", n)
+		cmd := exec.Command(d.bin)
+		var env []string
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "MACP_") {
+				env = append(env, kv)
+			}
+		}
+		cmd.Env = append(env,
+			"MACP_ALLOW_INSECURE=1",
+			"MACP_BIND_ADDR="+d.addr,
+			"MACP_DATA_DIR="+d.dir,
+			// The load comes from one initiator and a few participants at
+			// full speed, and leaves abandoned sessions OPEN.
+			"MACP_SESSION_START_LIMIT_PER_MINUTE=0",
+			"MACP_MESSAGE_LIMIT_PER_MINUTE=0",
+			"MACP_MAX_OPEN_SESSIONS=0",
+			"MACP_LOG_LEVEL=info",
+		)
+		// Debugging: extra settings for macpd, e.g. MACP_MEMORY_ONLY=1 to
+		// watch the test catch lost acks.
+		cmd.Env = append(cmd.Env, strings.Fields(os.Getenv("MACP_CRASH_MACPD_ENV"))...)
+		cmd.Stdout, cmd.Stderr = d.logFile, d.logFile
+		if err := cmd.Start(); err != nil {
+			d.t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		d.mu.Lock()
+		d.cmd, d.exited = cmd, exited
+		d.mu.Unlock()
+		err := d.waitServing(exited, 60*time.Second)
+		if err == nil {
+			return time.Since(t0)
+		}
+		d.mu.Lock()
+		d.cmd, d.exited = nil, nil
+		d.mu.Unlock()
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		// Another process may briefly hold the port; anything else (a
+		// refused recovery above all) is a finding.
+		if attempt < 20 && strings.Contains(d.logTail(2000), "address already in use") {
+			time.Sleep(250 * time.Millisecond)
+			continue
+		}
+		d.t.Fatalf("macpd start #%d on %s failed: %v\n--- macpd.log (tail) ---\n%s", n, d.dir, err, d.logTail(8000))
+	}
+}
+
+func (d *daemon) waitServing(exited <-chan error, limit time.Duration) error {
+	conn, err := grpc.NewClient(d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: fastBackoff, MinConnectTimeout: time.Second}))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	h := healthpb.NewHealthClient(conn)
+	deadline := time.Now().Add(limit)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		r, err := h.Check(ctx, &healthpb.HealthCheckRequest{Service: "macp.v1.MACPRuntimeService"})
+		cancel()
+		if err == nil && r.Status == healthpb.HealthCheckResponse_SERVING {
+			return nil
+		}
+		select {
+		case werr := <-exited:
+			return fmt.Errorf("macpd exited before serving: %v", werr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("macpd did not serve within %v: %v", limit, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// kill sends SIGKILL to the running macpd (safe from any goroutine; a
+// no-op when it is not running or was already killed).
+func (d *daemon) kill() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cmd == nil || d.killed == d.cmd {
+		return false
+	}
+	if err := d.cmd.Process.Kill(); err != nil {
+		return false
+	}
+	d.killed = d.cmd
+	d.kills++
+	return true
+}
+
+// waitExit waits for the killed process to be gone.
+func (d *daemon) waitExit() {
+	d.t.Helper()
+	d.mu.Lock()
+	exited := d.exited
+	d.mu.Unlock()
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		d.t.Fatalf("macpd still running 30s after SIGKILL")
+	}
+	d.mu.Lock()
+	d.cmd, d.exited = nil, nil
+	d.mu.Unlock()
+}
+
+// killCount is the number of SIGKILLs delivered.
+func (d *daemon) killCount() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.kills
+}
+
+func (d *daemon) logTail(n int) string {
+	b, _ := os.ReadFile(d.logPath)
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// fastBackoff lets clients reconnect within a fraction of a second of a
+// restart (gRPC's default backoff grows to two minutes).
+var fastBackoff = backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 200 * time.Millisecond}
+
+// outcome of one Send as the client saw it.
+type outcome uint8
+
+const (
+	pending  outcome = iota // no answer yet
+	acked                   // ok Ack: must be in history exactly once
+	rejected                // a definite refusal: must not be in history
+	unknown                 // no answer (server killed, deadline): may or may not be in history
+)
+
+func (o outcome) String() string {
+	return [...]string{"pending", "acked", "rejected", "unknown"}[o]
+}
+
+// sendRec is one Send as the tracker saw it.
+type sendRec struct {
+	tag, sid, mid, typ, sender string
+	payload                    []byte
+	start, end                 time.Time
+	out                        outcome
+	code                       string // rejection code or gRPC error
+	dup                        bool   // the ok Ack said duplicate
+}
+
+// tracker records every Send going through the test's connections (a
+// client interceptor), so that histories can be checked against
+// everything that was sent, not only what was acked; it also fires kills
+// right after the N-th ack of a tag.
+type tracker struct {
+	mu       sync.Mutex
+	sends    map[string]*sendRec // by message id
+	order    []*sendRec
+	sessions map[string]bool // every session id a Send named
+	acks     map[string]int64
+	trigger  struct {
+		tag   string
+		at    int64
+		fired chan struct{}
+	}
+	total atomic.Int64 // acks of every tag
+	kill  func() bool
+}
+
+func newTracker(kill func() bool) *tracker {
+	return &tracker{sends: map[string]*sendRec{}, sessions: map[string]bool{}, acks: map[string]int64{}, kill: kill}
+}
+
+const sendMethod = "/macp.v1.MACPRuntimeService/Send"
+
+// interceptor records the Sends of connection tag.
+func (tr *tracker) interceptor(tag string) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		sreq, ok := req.(*macpv1.SendRequest)
+		if method != sendMethod || !ok {
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}
+		env := sreq.GetEnvelope()
+		rec := &sendRec{tag: tag, sid: env.GetSessionId(), mid: env.GetMessageId(), typ: env.GetMessageType(),
+			sender: bearer(ctx), payload: bytes.Clone(env.GetPayload())}
+		tr.mu.Lock()
+		if _, seen := tr.sends[rec.mid]; seen {
+			tr.mu.Unlock()
+			return fmt.Errorf("crashtest: message id %s sent twice", rec.mid)
+		}
+		tr.sends[rec.mid] = rec
+		tr.order = append(tr.order, rec)
+		tr.sessions[rec.sid] = true
+		rec.start = time.Now()
+		tr.mu.Unlock()
+
+		err := invoker(ctx, method, req, reply, cc, opts...)
+
+		end := time.Now()
+		ack := reply.(*macpv1.SendResponse).GetAck()
+		fire := false
+		tr.mu.Lock()
+		rec.end = end
+		switch {
+		case err == nil && ack.GetOk():
+			rec.out, rec.dup = acked, ack.GetDuplicate()
+			tr.acks[tag]++
+			tr.total.Add(1)
+			if tr.trigger.fired != nil && (tr.trigger.tag == tag && tr.acks[tag] >= tr.trigger.at ||
+				tr.trigger.tag == "" && tr.total.Load() >= tr.trigger.at) {
+				fire = true
+			}
+		case err == nil:
+			rec.out, rec.code = classify(ack.GetError().GetCode())
+		default:
+			if code := macpCode(err); code != "" {
+				rec.out, rec.code = classify(code)
+			} else {
+				rec.out, rec.code = unknown, status.Code(err).String()
+			}
+		}
+		var fired chan struct{}
+		if fire {
+			fired = tr.trigger.fired
+			tr.trigger.fired = nil
+		}
+		tr.mu.Unlock()
+		if fired != nil {
+			// Right after the N-th ack, with the other streams' Sends in
+			// flight.
+			tr.kill()
+			close(fired)
+		}
+		return err
+	}
+}
+
+// classify maps a MACP code to an outcome: INTERNAL_ERROR may hide a write
+// with an unknown result (a failed sync), every other code is a refusal.
+func classify(code string) (outcome, string) {
+	if code == "" || code == "INTERNAL_ERROR" {
+		return unknown, "macp:" + code
+	}
+	return rejected, code
+}
+
+// arm makes the n-th ack of tag ("": of any tag) from now kill macpd; the
+// channel closes once it did.
+func (tr *tracker) arm(tag string, n int64) <-chan struct{} {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	ch := make(chan struct{})
+	base := tr.acks[tag]
+	if tag == "" {
+		base = tr.total.Load()
+	}
+	tr.trigger.tag, tr.trigger.at, tr.trigger.fired = tag, base+n, ch
+	return ch
+}
+
+// disarm cancels a trigger that did not fire.
+func (tr *tracker) disarm() {
+	tr.mu.Lock()
+	tr.trigger.fired = nil
+	tr.mu.Unlock()
+}
+
+func (tr *tracker) acksOf(tag string) int64 {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.acks[tag]
+}
+
+// snapshot returns the records and session ids (no Send may be running).
+func (tr *tracker) snapshot() (map[string]*sendRec, []*sendRec, map[string]bool) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.sends, tr.order, tr.sessions
+}
+
+// bearer is the dev identity in the outgoing authorization metadata.
+func bearer(ctx context.Context) string {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		if s, ok := strings.CutPrefix(v, "Bearer "); ok {
+			return s
+		}
+	}
+	return ""
+}
+
+// macpCode is the MACP code a status error carries, or "".
+func macpCode(err error) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return ""
+	}
+	for _, d := range st.Details() {
+		if e, ok := d.(*macpv1.MACPError); ok && e.GetCode() != "" {
+			return e.GetCode()
+		}
+	}
+	return ""
+}
+
+// dial opens a tracked connection for tag, reconnecting quickly after a
+// restart.
+func (tr *tracker) dial(addr, tag string) (macpv1.MACPRuntimeServiceClient, io.Closer, error) {
+	conn, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(tr.interceptor(tag)),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: fastBackoff, MinConnectTimeout: 2 * time.Second}),
+	)
+	if err != nil {
+		return nil, nil, err
+	}
+	return macpv1.NewMACPRuntimeServiceClient(conn), conn, nil
+}
+
+// asIdentity adds a dev bearer identity to ctx.
+func asIdentity(ctx context.Context, id string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+id)
+}
+
+// envInt reads a positive integer from the environment.
+func envInt(name string, def int64) int64 {
+	if v, err := strconv.ParseInt(os.Getenv(name), 10, 64); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
