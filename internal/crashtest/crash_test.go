@@ -48,12 +48,15 @@ type round struct {
 	n     int64         // afterAcks, inBurst: the ack that triggers the kill
 	delay time.Duration // afterTime, atStart: how long after serving
 	pause time.Duration // how long macpd stays down
+	pad   int           // inBurst: payload padding of the burst's envelopes
 }
 
 func (r round) String() string {
 	switch r.kind {
-	case afterAcks, inBurst:
+	case afterAcks:
 		return fmt.Sprintf("%s n=%d pause=%v", r.kind, r.n, r.pause)
+	case inBurst:
+		return fmt.Sprintf("%s n=%d pad=%d pause=%v", r.kind, r.n, r.pad, r.pause)
 	}
 	return fmt.Sprintf("%s delay=%v pause=%v", r.kind, r.delay, r.pause)
 }
@@ -95,6 +98,7 @@ func TestCrashRandom(t *testing.T) {
 			}
 		case inBurst:
 			r.n = 1 + rng.Int64N(1200)
+			r.pad = []int{128, 1 << 10, 16 << 10}[rng.IntN(3)]
 		}
 		rounds = append(rounds, r)
 	}
@@ -112,6 +116,7 @@ func TestCrashFixedPoints(t *testing.T) {
 		{kind: atStart, delay: 0},
 		{kind: inBurst, n: 1000, pause: 100 * time.Millisecond},
 		{kind: afterAcks, n: 2000},
+		{kind: inBurst, n: 2500, pad: 16 << 10},
 	})
 }
 
@@ -203,7 +208,7 @@ func runCrash(t *testing.T, variant string, seed int64, rounds []round) {
 		case inBurst:
 			tag := fmt.Sprintf("burst%d", i+1)
 			fired := tr.arm(tag, r.n)
-			b := startLoad(tag, loadgen.Config{Concurrency: 16, SendersPerSession: 2, Messages: 16, Pad: 128})
+			b := startLoad(tag, loadgen.Config{Concurrency: 16, SendersPerSession: 2, Messages: 16, Pad: max(r.pad, 128)})
 			waitFired(fired)
 			b.cancel() // its Sends in flight fail with the server gone
 		}
