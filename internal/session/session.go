@@ -320,6 +320,12 @@ func (o Outcome) Accepted() bool { return o.Err == nil && !o.Duplicate }
 // Step offers a session-scoped envelope (sender already bound) to the
 // session at time nowMs. See the package doc for the order of checks.
 func (s *Session) Step(env *macpv1.Envelope, nowMs int64, lim Limits) Outcome {
+	return s.step(env, nowMs, lim, false)
+}
+
+// step is Step; with replaying set (Apply) it decides exactly the same way
+// but builds no record: the record already exists.
+func (s *Session) step(env *macpv1.Envelope, nowMs int64, lim Limits, replaying bool) Outcome {
 	if err := CheckEnvelope(env, lim); err != nil {
 		return Outcome{Err: err}
 	}
@@ -371,6 +377,9 @@ func (s *Session) Step(env *macpv1.Envelope, nowMs int64, lim Limits) Outcome {
 	if resolved {
 		s.Status = Resolved
 		s.ClosedAtMs = nowMs
+	}
+	if replaying {
+		return Outcome{Resolved: resolved}
 	}
 	rec := Record{SessionID: s.ID, Seq: s.Seq, Kind: KindMessage, AcceptedAtMs: nowMs, Envelope: boundEnvelope(env), Status: s.Status}
 	if resolved {
@@ -503,8 +512,9 @@ func (s *Session) Apply(rec Record, lim Limits) error {
 	}
 	switch rec.Kind {
 	case KindMessage:
-		out := s.Step(rec.Envelope, rec.AcceptedAtMs, replayLimits(lim))
-		if !out.Accepted() || len(out.Records) != 1 || out.Records[0].Kind != KindMessage {
+		before := s.Seq
+		out := s.step(rec.Envelope, rec.AcceptedAtMs, replayLimits(lim), true)
+		if !out.Accepted() || s.Seq != before+1 {
 			return diverged(rec, "%v", out.Err)
 		}
 	case KindCancel:
