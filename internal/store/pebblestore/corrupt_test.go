@@ -71,7 +71,7 @@ func wantQuarantined(t *testing.T, s store.Store, why string) {
 // it; the session is quarantined; other sessions are unaffected.
 func TestFlippedRecordByte(t *testing.T) {
 	s, fs := damaged(t, func(db *pebble.DB) {
-		k := pebblestore.HistKey(victim, 4)
+		k := pebblestore.RecordKey(victim, 4)
 		v := rawGet(t, db, k)
 		v[len(v)/2] ^= 0x10
 		rawSet(t, db, k, v)
@@ -102,7 +102,7 @@ func TestReadOnlyDoesNotMark(t *testing.T) {
 	appendN(t, s, victim, 1, 6, 0)
 	_ = s.Close()
 	rawEdit(t, fs, "db", func(db *pebble.DB) {
-		k := pebblestore.HistKey(victim, 2)
+		k := pebblestore.RecordKey(victim, 2)
 		v := rawGet(t, db, k)
 		v[3] ^= 1
 		rawSet(t, db, k, v)
@@ -128,12 +128,12 @@ func TestDamageKinds(t *testing.T) {
 		damage    func(t *testing.T, db *pebble.DB)
 	}{
 		{"missing record", "record 3", func(t *testing.T, db *pebble.DB) {
-			if err := db.Delete(pebblestore.HistKey(victim, 3), pebble.Sync); err != nil {
+			if err := db.Delete(pebblestore.RecordKey(victim, 3), pebble.Sync); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"missing last record", "index", func(t *testing.T, db *pebble.DB) {
-			if err := db.Delete(pebblestore.HistKey(victim, 6), pebble.Sync); err != nil {
+			if err := db.Delete(pebblestore.RecordKey(victim, 6), pebble.Sync); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -145,13 +145,13 @@ func TestDamageKinds(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rawSet(t, db, pebblestore.HistKey(victim, 5), v)
+			rawSet(t, db, pebblestore.RecordKey(victim, 5), v)
 		}},
 		{"record under the wrong key", "record 2", func(t *testing.T, db *pebble.DB) {
-			rawSet(t, db, pebblestore.HistKey(victim, 2), rawGet(t, db, pebblestore.HistKey(victim, 1)))
+			rawSet(t, db, pebblestore.RecordKey(victim, 2), rawGet(t, db, pebblestore.RecordKey(victim, 1)))
 		}},
 		{"extra record past the index", "index", func(t *testing.T, db *pebble.DB) {
-			last, err := record.Decode(rawGet(t, db, pebblestore.HistKey(victim, 6)), victim, 6)
+			last, err := record.Decode(rawGet(t, db, pebblestore.RecordKey(victim, 6)), victim, 6)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -159,7 +159,7 @@ func TestDamageKinds(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rawSet(t, db, pebblestore.HistKey(victim, 7), v)
+			rawSet(t, db, pebblestore.RecordKey(victim, 7), v)
 		}},
 		{"flipped index byte", "index", func(t *testing.T, db *pebble.DB) {
 			k := pebblestore.IndexKey(victim)

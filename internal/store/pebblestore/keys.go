@@ -68,3 +68,11 @@ func prefixEnd(prefix []byte) []byte {
 	}
 	return nil
 }
+
+// RecordKey is the Pebble key of record seq of a session, and IndexKey the
+// key of its index entry (package doc: key layout), for tools and tests
+// that inspect or deliberately damage a store's Pebble directly.
+func RecordKey(sessionID string, seq uint64) []byte { return histKey(sessionID, seq) }
+
+// IndexKey: see RecordKey.
+func IndexKey(sessionID string) []byte { return indexKey(sessionID) }
