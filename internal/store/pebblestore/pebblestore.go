@@ -172,7 +172,7 @@ func Open(dir string, o Options) (*Store, error) {
 	}
 	s := &Store{dir: dir, db: db, log: log, readOnly: o.ReadOnly, fail: fail, tips: make(map[string]tip)}
 	if err := s.checkFormat(); err != nil {
-		_ = db.Close()
+		_ = s.closeDB()
 		return nil, err
 	}
 	return s, nil
@@ -257,7 +257,7 @@ func (s *Store) commit(b *pebble.Batch) error {
 
 // Close waits for calls in progress and closes Pebble. Later calls return
 // ErrClosed.
-func (s *Store) Close() (err error) {
+func (s *Store) Close() error {
 	s.life.Lock()
 	if s.life.closed {
 		s.life.Unlock()
@@ -266,9 +266,13 @@ func (s *Store) Close() (err error) {
 	s.life.closed = true
 	s.life.Unlock()
 	s.life.ops.Wait()
+	return s.closeDB()
+}
+
+// closeDB closes Pebble. After a fatal error Pebble's state is its own;
+// closing must not take the process down, so a panic becomes an error.
+func (s *Store) closeDB() (err error) {
 	if s.fail.get() != nil {
-		// Pebble's state after a fatal error is its own; closing must not
-		// take the process down.
 		defer func() {
 			if r := recover(); r != nil {
 				err = fmt.Errorf("pebblestore: closing a failed store: %v", r)

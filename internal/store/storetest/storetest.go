@@ -1,5 +1,5 @@
 // Package storetest is the one shared suite every store.Store passes
-// (memstore today, the durable stores later).
+// (memstore, and pebblestore on an in-memory filesystem and on disk).
 //
 // A store's test calls
 //
@@ -12,7 +12,9 @@
 //	storetest.Run(t, open, storetest.WithReopen(func(t *testing.T, s store.Store) store.Store {
 //		dir := s.(*pebblestore.Store).Dir()
 //		if err := s.Close(); err != nil { t.Fatal(err) }
-//		return pebblestore.Open(dir)
+//		s2, err := pebblestore.Open(dir, pebblestore.Options{})
+//		if err != nil { t.Fatal(err) }
+//		return s2
 //	}))
 //
 // open is called once per subtest and must return an empty store; the suite
