@@ -85,3 +85,11 @@ func (sr *senderRates) take(r *Runtime, sender string, start bool) *coord.Error 
 	retryMs := max(retry.Milliseconds(), 1)
 	return coord.Errorf(coord.CodeRateLimited, "%s exceeded %d %s per minute; retry in %d ms", sender, l.PerMinute(), what, retryMs)
 }
+
+// ChargeCall takes one token from the identity's message bucket for a call
+// whose cost grows with the number of sessions or a session's history -
+// ListSessions, and opening StreamSession, WatchSessions or WatchSignals -
+// so that repeating it is limited like sending envelopes (RATE_LIMITED).
+func (r *Runtime) ChargeCall(id coord.Identity) *coord.Error {
+	return r.rates.take(r, id.Sender, false)
+}

@@ -98,9 +98,18 @@ func (s *Service) limitOptions() []grpc.ServerOption {
 	return opts
 }
 
-// limitUnary bounds unary calls by Limits.UnaryTimeout. It runs after
+// limitUnary bounds unary calls by Limits.UnaryTimeout and charges
+// ListSessions, whose cost grows with the number of sessions, to the
+// caller's message rate (runtime.ChargeCall). It runs after
 // authentication.
 func (s *Service) limitUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if info.FullMethod == macpv1.MACPRuntimeService_ListSessions_FullMethodName {
+		if id, ok := identityFrom(ctx); ok && s.rt != nil {
+			if cerr := s.rt.ChargeCall(id); cerr != nil {
+				return nil, statusErr(cerr)
+			}
+		}
+	}
 	d := s.opts.Limits.UnaryTimeout
 	if d <= 0 || !isMACPMethod(info.FullMethod) {
 		return h(ctx, req)
@@ -117,9 +126,11 @@ func (s *Service) limitUnary(ctx context.Context, req any, info *grpc.UnaryServe
 }
 
 // limitStream runs after authentication on every streaming MACP call: it
-// takes one of the caller's stream slots (RATE_LIMITED when none is
-// left), counts StreamSession streams against their session, and filters
-// WatchSignals by visibility (runtime.MaySeeSignal).
+// charges opening StreamSession, WatchSessions and WatchSignals to the
+// caller's message rate (their initial sync or catch-up grows with the
+// sessions), takes one of the caller's stream slots (RATE_LIMITED when
+// none is left), counts StreamSession streams against their session, and
+// filters WatchSignals by visibility (runtime.MaySeeSignal).
 func (s *Service) limitStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	if !isMACPMethod(info.FullMethod) {
 		return h(srv, ss)
@@ -136,6 +147,15 @@ func (s *Service) limitStream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 				host = p.Addr.String()
 			}
 			key += host
+		}
+	}
+	switch info.FullMethod {
+	case macpv1.MACPRuntimeService_StreamSession_FullMethodName, macpv1.MACPRuntimeService_WatchSessions_FullMethodName,
+		macpv1.MACPRuntimeService_WatchSignals_FullMethodName:
+		if authed {
+			if cerr := s.rt.ChargeCall(id); cerr != nil {
+				return statusErr(cerr)
+			}
 		}
 	}
 	release, ok := s.lim.perIdentity.Acquire(key)

@@ -18,10 +18,11 @@ import (
 // sender (token buckets); beyond the allowance Send answers RATE_LIMITED
 // in the Ack and creates nothing; on a StreamSession the refusal comes
 // in-stream and the stream stays usable; other senders are unaffected.
+// Opening a stream and ListSessions take from the message allowance too.
 func TestRateLimitsOverGRPC(t *testing.T) {
 	e := startSecure(t, secTokens(), func(c *config.Config) {
 		c.Limits.SessionStartsPerMinute = 3
-		c.Limits.MessagesPerMinute = 4
+		c.Limits.MessagesPerMinute = 5
 	})
 	var sids []string
 	for range 3 {
@@ -34,7 +35,8 @@ func TestRateLimitsOverGRPC(t *testing.T) {
 	}
 	e.start(t, secParticipant2, secParticipant) // another sender
 
-	// Messages: four, then RATE_LIMITED, on Send and on a stream alike.
+	// Messages: five (three proposals, opening the stream, p2), then
+	// RATE_LIMITED, on Send and on a stream alike.
 	e.accept(t, secInitiator, envelope(sids[0], "Proposal", "p1", proposalPayload(t, "p1")))
 	e.accept(t, secInitiator, envelope(sids[1], "Proposal", "p1", proposalPayload(t, "p1")))
 	e.accept(t, secInitiator, envelope(sids[2], "Proposal", "p1", proposalPayload(t, "p1")))
@@ -71,8 +73,18 @@ func TestRateLimitsOverGRPC(t *testing.T) {
 	if n := len(e.records(t, sids[0])); n != 3 {
 		t.Fatalf("session has %d records, want 3 (start, p1, p2)", n)
 	}
+	_, err = e.c.ListSessions(e.as(t, secInitiator), &macpv1.ListSessionsRequest{})
+	wantStatus(t, err, codes.ResourceExhausted, "RATE_LIMITED")
+	w, err := e.c.WatchSessions(e.as(t, secInitiator), &macpv1.WatchSessionsRequest{})
+	if err == nil {
+		_, err = w.Recv()
+	}
+	wantStatus(t, err, codes.ResourceExhausted, "RATE_LIMITED")
 	// Another sender is unaffected.
 	e.accept(t, secParticipant, vote(t, sids[1], "v", "p1"))
+	if _, err := e.c.ListSessions(e.as(t, secParticipant), &macpv1.ListSessionsRequest{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func contains(xs []string, x string) bool {
