@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,10 +13,12 @@ import (
 	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/app"
 	"github.com/macpd/macpd/internal/loadgen"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/internal/store/pebblestore"
+	"github.com/macpd/macpd/internal/store/verify"
 	"github.com/macpd/macpd/sdk"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -435,11 +436,14 @@ const tsFmt = "15:04:05.000000"
 // checks the store against what the server served: the same sessions,
 // records numbered 1..N with a SessionStart first, the same envelopes in
 // the same order, the chain intact (Read checks it), nothing quarantined.
-func checkOffline(f *findings, dir string, views map[string]*sessionView) {
+// Then it runs what "macpctl verify --data-dir" runs (internal/store/verify:
+// chain check and full replay of every session against the stored status,
+// final metadata and summary) and returns its counts.
+func checkOffline(f *findings, dir string, views map[string]*sessionView) (verified, failed int) {
 	st, err := pebblestore.Open(dir, pebblestore.Options{ReadOnly: true})
 	if err != nil {
 		f.add("offline: opening the store read-only: %v", err)
-		return
+		return 0, 0
 	}
 	defer st.Close()
 	ctx := context.Background()
@@ -500,6 +504,21 @@ func checkOffline(f *findings, dir string, views map[string]*sessionView) {
 			f.add("offline: LOST: session %s was served but is not in the store", sid)
 		}
 	}
+
+	modes, err := verify.StoredModes(ctx, st, app.BuiltinModes())
+	if err != nil {
+		f.add("verify: stored modes: %v", err)
+		return 0, 0
+	}
+	verified, failed, err = verify.Verify(ctx, st, modes, session.DefaultLimits(), func(r verify.SessionResult) {
+		if !r.OK() {
+			f.add("verify: session %s (%d records): %v", r.SessionID, r.Records, r.Err)
+		}
+	})
+	if err != nil {
+		f.add("verify: %v", err)
+	}
+	return verified, failed
 }
 
 func msgAt(h []*macpv1.Envelope, i int) string {
@@ -507,24 +526,4 @@ func msgAt(h []*macpv1.Envelope, i int) string {
 		return h[i].GetMessageId()
 	}
 	return "nothing"
-}
-
-// macpctlVerify runs "macpctl verify --data-dir DIR" when this build's
-// macpctl has a verify command; it reports whether it ran.
-func macpctlVerify(f *findings, macpctl, dir string) (bool, string) {
-	help, _ := exec.Command(macpctl, "help").CombinedOutput()
-	has := false
-	for _, line := range strings.Split(string(help), "\n") {
-		if fs := strings.Fields(line); len(fs) > 0 && fs[0] == "verify" {
-			has = true
-		}
-	}
-	if !has {
-		return false, ""
-	}
-	out, err := exec.Command(macpctl, "verify", "--data-dir", dir).CombinedOutput()
-	if err != nil {
-		f.add("macpctl verify --data-dir %s: %v\n%s", dir, err, out)
-	}
-	return true, string(out)
 }

@@ -5,8 +5,10 @@
 // same directory, and its histories are then checked: nothing acknowledged
 // is lost, duplicated or reordered, nothing that was not sent or was
 // rejected appears, sequence numbers are gapless, every session's state
-// agrees with its history, and the store read offline agrees with what the
-// server served.
+// agrees with its history, sessions left OPEN by a crash take more
+// envelopes after recovery, and after a last SIGKILL the store read
+// offline agrees with what the server served and passes what "macpctl
+// verify" runs (internal/store/verify: chain check and full replay).
 //
 // The package has tests only. Run it repeatedly with scripts/crash-loop.sh;
 // MACP_CRASH_SEED reproduces a run's kill schedule, MACP_CRASH_ROUNDS

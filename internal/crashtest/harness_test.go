@@ -27,7 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// binDir holds the binaries built by buildBinaries; TestMain removes it.
+// binDir holds the binary built by buildMacpd; TestMain removes it.
 var binDir string
 
 func TestMain(m *testing.M) {
@@ -38,26 +38,25 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// binaries are macpd and macpctl, built once per test binary without the
-// race detector (the subprocess is what crashes, not what is checked).
-type binaries struct{ macpd, macpctl string }
-
-var buildBinaries = sync.OnceValues(func() (binaries, error) {
+// buildMacpd builds macpd once per test binary, without the race detector
+// (the subprocess is what crashes, not what is checked).
+var buildMacpd = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "macp-crashtest-bin")
 	if err != nil {
-		return binaries{}, err
+		return "", err
 	}
 	binDir = dir
 	root, err := moduleRoot()
 	if err != nil {
-		return binaries{}, err
+		return "", err
 	}
-	cmd := exec.Command(filepath.Join(goruntime.GOROOT(), "bin", "go"), "build", "-o", dir+string(filepath.Separator), "./cmd/macpd", "./cmd/macpctl")
+	bin := filepath.Join(dir, "macpd")
+	cmd := exec.Command(filepath.Join(goruntime.GOROOT(), "bin", "go"), "build", "-o", bin, "./cmd/macpd")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return binaries{}, fmt.Errorf("go build: %v\n%s", err, out)
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
 	}
-	return binaries{filepath.Join(dir, "macpd"), filepath.Join(dir, "macpctl")}, nil
+	return bin, nil
 })
 
 // moduleRoot is the directory holding go.mod above the working directory.
