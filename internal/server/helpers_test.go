@@ -46,7 +46,7 @@ func testConfig() config.Config {
 	cfg.BindAddr = "127.0.0.1:0"
 	cfg.AllowInsecure = true
 	// Tests drive many sessions from one sender; the rate limits have
-	// their own tests (limits_rate_test.go, abuse_test.go).
+	// their own tests (limits_enforced_test.go, abuse_test.go).
 	cfg.Limits.SessionStartsPerMinute, cfg.Limits.MessagesPerMinute = 0, 0
 	return cfg
 }
