@@ -6,6 +6,7 @@ import (
 	goruntime "runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ import (
 // message of the 0-follower case of the current BenchmarkFollowFanout run,
 // so the other cases report ratios against a baseline measured in the
 // same run (the machine is shared and noisy; absolute figures drift).
-var followBaseline = map[int][2]float64{}
+var followBaseline = map[int][3]float64{}
 
 // BenchmarkFollowFanout: one session receives messages (from 1 or 8
 // concurrent senders) while 0, 10, 100 or 1000 passive followers
@@ -28,7 +29,9 @@ var followBaseline = map[int][2]float64{}
 // Reported per accepted message: ns/op = acceptance (the senders' Sends,
 // durable in a memstore, acked); deliver-ns/msg = until every follower
 // has every record; x-accept and x-deliver = the same against the
-// 0-follower case of the same run. In the "stalled" case the followers'
+// 0-follower case of the same run; cpu-ns/msg = CPU time of the whole
+// process (senders, committer, followers) while the timed Sends ran, and
+// x-cpu its ratio. In the "stalled" case the followers'
 // consumers do not run until every Send was acked: they overflow their
 // live queues during an untimed warm-up (2 x followerQueue records), are
 // dropped by the committer, and the timed phase shows acceptance with
@@ -163,9 +166,9 @@ func benchFollowFanout(b *testing.B, senders, followers int, stalled bool) {
 	}
 	goruntime.GC()
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	send(total)
-	accepted := time.Since(start)
+	accepted, cpu := time.Since(start), cpuTime()-cpu0
 	b.StopTimer()
 	caughtUp := time.Now()
 	if stalled {
@@ -191,12 +194,15 @@ func benchFollowFanout(b *testing.B, senders, followers int, stalled bool) {
 
 	acceptNs := float64(accepted.Nanoseconds()) / float64(b.N)
 	deliverNs := float64(delivered.Nanoseconds()) / float64(b.N)
+	cpuNs := float64(cpu.Nanoseconds()) / float64(b.N)
 	b.ReportMetric(deliverNs, "deliver-ns/msg")
+	b.ReportMetric(cpuNs, "cpu-ns/msg")
 	if followers == 0 {
-		followBaseline[senders] = [2]float64{acceptNs, deliverNs}
+		followBaseline[senders] = [3]float64{acceptNs, deliverNs, cpuNs}
 	} else if base, ok := followBaseline[senders]; ok && base[0] > 0 {
 		b.ReportMetric(acceptNs/base[0], "x-accept")
 		b.ReportMetric(deliverNs/base[1], "x-deliver")
+		b.ReportMetric(cpuNs/base[2], "x-cpu")
 	}
 }
 
@@ -222,4 +228,13 @@ func waitFollowers(b *testing.B, fs []*benchFollower, errs <-chan error, seq uin
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
+}
+
+// cpuTime returns the CPU time (user + system) the process used so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ import (
 // streamBaseline holds the accept and deliver ns per message of the
 // 0-subscriber case of the current BenchmarkStreamFanout run, so the other
 // cases report ratios against a baseline measured in the same run.
-var streamBaseline [2]float64
+var streamBaseline [3]float64
 
 // Benchmark knobs.
 const (
@@ -47,7 +48,9 @@ const (
 // Reported per accepted message: ns/op = acceptance (every Send acked);
 // msgs/s = the same as a rate; deliver-ns/msg = until every subscriber
 // received every envelope; x-accept and x-deliver = the same against the
-// 0-subscriber case of the same run. At the end every subscriber must have
+// 0-subscriber case of the same run; cpu-ns/msg = CPU time of the whole
+// process (server and clients) while the timed Sends ran, and x-cpu its
+// ratio. At the end every subscriber must have
 // received exactly the b.N envelopes (count and an order-independent
 // checksum of their message ids), or the benchmark fails. In the
 // "stalled" case the subscribers' clients do not read until every Send
@@ -232,9 +235,9 @@ func benchStreamFanout(b *testing.B, subs int, stalled bool) {
 	}
 	goruntime.GC()
 	b.ResetTimer()
-	t0 := time.Now()
+	t0, cpu0 := time.Now(), cpuTime()
 	send(total)
-	accepted := time.Since(t0)
+	accepted, cpu := time.Since(t0), cpuTime()-cpu0
 	b.StopTimer()
 	gateOpened := time.Now()
 	if stalled {
@@ -256,12 +259,15 @@ func benchStreamFanout(b *testing.B, subs int, stalled bool) {
 	acceptNs := float64(accepted.Nanoseconds()) / float64(b.N)
 	deliverNs := float64(delivered.Nanoseconds()) / float64(b.N)
 	b.ReportMetric(1e9/acceptNs, "msgs/s")
+	cpuNs := float64(cpu.Nanoseconds()) / float64(b.N)
 	b.ReportMetric(deliverNs, "deliver-ns/msg")
+	b.ReportMetric(cpuNs, "cpu-ns/msg")
 	if subs == 0 {
-		streamBaseline = [2]float64{acceptNs, deliverNs}
+		streamBaseline = [3]float64{acceptNs, deliverNs, cpuNs}
 	} else if streamBaseline[0] > 0 {
 		b.ReportMetric(acceptNs/streamBaseline[0], "x-accept")
 		b.ReportMetric(deliverNs/streamBaseline[1], "x-deliver")
+		b.ReportMetric(cpuNs/streamBaseline[2], "x-cpu")
 	}
 }
 
@@ -288,4 +294,14 @@ func waitSubs(b *testing.B, tallies []*benchSub, errs <-chan error, n int) {
 		}
 		time.Sleep(200 * time.Microsecond)
 	}
+}
+
+// cpuTime returns the CPU time (user + system) the process used so far
+// (server and clients: they share the process).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
