@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	goruntime "runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
@@ -80,7 +83,7 @@ func (r *Runtime) sessionOwner(ctx context.Context, id string) (*owner, *coord.E
 		r.quarantine(id, info.Quarantined)
 		return nil, quarantineErr(id, info.Quarantined)
 	}
-	s, err := r.replay(ctx, id)
+	s, err := r.replay(ctx, id, info.LastSeq)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, coord.Errorf(coord.CodeSessionNotFound, "session %s not found", id)
@@ -155,12 +158,13 @@ func (r *Runtime) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("runtime: listing stored sessions: %w", err)
 	}
-	for _, info := range infos {
-		s, err := r.replay(ctx, info.SessionID)
+	replayed, err := r.replayAll(ctx, infos)
+	if err != nil {
+		return err
+	}
+	for i, info := range infos {
+		s, err := replayed[i].s, replayed[i].err
 		if err != nil {
-			if r.opts.StrictRecovery {
-				return fmt.Errorf("runtime: recovering session %s: %w", info.SessionID, err)
-			}
 			quarantined++
 			r.quarantined[info.SessionID] = err.Error()
 			r.log.Error("session quarantined", "session_id", info.SessionID, "reason", err.Error())
@@ -174,6 +178,57 @@ func (r *Runtime) recover(ctx context.Context) error {
 			"quarantined", quarantined, "took", time.Since(start).Round(time.Millisecond))
 	}
 	return nil
+}
+
+// replayResult is one session's replay at boot.
+type replayResult struct {
+	s   *session.Session
+	err error
+}
+
+// replayAll replays the sessions of infos at boot, on up to GOMAXPROCS
+// goroutines (sessions are independent, and nothing else touches them
+// before Start returns; the store serves concurrent reads), and returns
+// their results in infos order. With StrictRecovery the first failure, in
+// infos order, is returned as the error and the other replays are
+// abandoned.
+func (r *Runtime) replayAll(ctx context.Context, infos []store.SessionInfo) ([]replayResult, error) {
+	out := make([]replayResult, len(infos))
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(goruntime.GOMAXPROCS(0), len(infos)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for rctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= len(infos) {
+					return
+				}
+				s, err := r.replay(rctx, infos[i].SessionID, infos[i].LastSeq)
+				out[i] = replayResult{s, err}
+				if err != nil && r.opts.StrictRecovery {
+					cancel()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if r.opts.StrictRecovery {
+		// Replays cut short by cancel() report context.Canceled; the
+		// failure that caused it is the first other error.
+		for i, res := range out {
+			if res.err != nil && !errors.Is(res.err, context.Canceled) {
+				return nil, fmt.Errorf("runtime: recovering session %s: %w", infos[i].SessionID, res.err)
+			}
+		}
+	}
+	return out, nil
 }
 
 // housekeeping runs retention and eviction until stop closes.

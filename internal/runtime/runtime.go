@@ -262,13 +262,17 @@ func (r *Runtime) deps() session.Deps {
 	return session.Deps{Modes: r.modes.Load(), Policies: r.policies, Limits: r.opts.Limits}
 }
 
-// replay folds a session's stored history through the core.
-func (r *Runtime) replay(ctx context.Context, id string) (*session.Session, error) {
+// replay folds a session's stored history through the core. records is
+// the history's expected length when known (0 if not): it sizes the
+// session's dedup set up front (session.Reserve).
+func (r *Runtime) replay(ctx context.Context, id string, records uint64) (*session.Session, error) {
 	var s *session.Session
 	err := r.store.Read(ctx, id, 1, func(rec session.Record) error {
 		if s == nil {
 			var err error
-			s, err = session.Restore(rec, replayModes{r})
+			if s, err = session.Restore(rec, replayModes{r}); err == nil && records > 1 {
+				s.Reserve(int(min(records, 1<<30)))
+			}
 			return err
 		}
 		return s.Apply(rec, r.opts.Limits)
@@ -408,7 +412,7 @@ func (r *Runtime) heal(ctx context.Context, o *owner) error {
 	if err := o.waitIdle(ctx); err != nil {
 		return err
 	}
-	s, err := r.replay(ctx, o.id)
+	s, err := r.replay(ctx, o.id, o.sess.Seq)
 	if err != nil {
 		return err
 	}

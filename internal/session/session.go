@@ -52,6 +52,12 @@ type Session struct {
 	seen           map[string]struct{}
 	activity       map[string]*Activity
 	modeState      mode.State
+	// msg is the mode.Message handed to modeState for one call, kept here
+	// so that it is not allocated per envelope (a pointer passed to an
+	// interface method escapes). It is cleared after each call. No mode
+	// (internal/mode/...; extension modes are passthrough) keeps the
+	// pointer past the call.
+	msg mode.Message
 }
 
 // Start decides a SessionStart envelope whose sender is already the
@@ -225,6 +231,27 @@ func Restore(rec Record, modes Modes) (*Session, error) {
 	return s, nil
 }
 
+// Reserve sizes the session's dedup set for a history of n records, so
+// that replaying a long history (Apply record by record) does not grow the
+// set step by step. Call it after Restore when the history's length is
+// known (a store's SessionInfo.LastSeq); it changes no decision, and a
+// wrong n only costs memory or growth.
+func (s *Session) Reserve(n int) {
+	n = min(n, maxReserve)
+	if n <= 8 || n <= len(s.seen) { // a map holds 8 entries before it first grows
+		return
+	}
+	seen := make(map[string]struct{}, n)
+	for id := range s.seen {
+		seen[id] = struct{}{}
+	}
+	s.seen = seen
+}
+
+// maxReserve caps Reserve's hint (a corrupt or hostile summary must not
+// make replay allocate without bound; a longer history just grows the set).
+const maxReserve = 1 << 20
+
 // diverged reports that a stored record is not what the core would accept
 // now (RFC-MACP-0003 §1).
 func diverged(rec Record, format string, args ...any) *coord.Error {
@@ -356,19 +383,18 @@ func (s *Session) step(env *macpv1.Envelope, nowMs int64, lim Limits, replaying 
 	if s.Status != Open {
 		return Outcome{Err: coord.Errorf(coord.CodeSessionNotOpen, "session %s is %s", s.ID, s.Status)}
 	}
-	msg := mode.Message{Type: env.MessageType, ID: env.MessageId, Sender: env.Sender, Payload: env.Payload}
 	resolved := false
 	if env.MessageType == coord.TypeCommitment {
 		c, err := s.checkCommitment(env)
 		if err != nil {
 			return Outcome{Err: err}
 		}
-		if err := s.modeState.Commit(&s.Binding, &msg, c); err != nil {
+		if err := s.modeCall(env, c); err != nil {
 			return Outcome{Err: coord.AsError(err)}
 		}
 		s.Resolution = c
 		resolved = true
-	} else if err := s.modeState.Step(&s.Binding, &msg); err != nil {
+	} else if err := s.modeCall(env, nil); err != nil {
 		return Outcome{Err: coord.AsError(err)}
 	}
 	s.Seq++
@@ -386,6 +412,20 @@ func (s *Session) step(env *macpv1.Envelope, nowMs int64, lim Limits, replaying 
 		rec.Final = s.Metadata()
 	}
 	return Outcome{Records: []Record{rec}, Resolved: resolved}
+}
+
+// modeCall offers env to the mode state: Commit with c when c is not nil,
+// else Step. The message lives in s.msg for the call only.
+func (s *Session) modeCall(env *macpv1.Envelope, c *macpv1.CommitmentPayload) error {
+	s.msg = mode.Message{Type: env.MessageType, ID: env.MessageId, Sender: env.Sender, Payload: env.Payload}
+	var err error
+	if c != nil {
+		err = s.modeState.Commit(&s.Binding, &s.msg, c)
+	} else {
+		err = s.modeState.Step(&s.Binding, &s.msg)
+	}
+	s.msg = mode.Message{}
+	return err
 }
 
 // outcomeSuffixes maps Commitment action suffixes to the outcome they imply
