@@ -1,34 +1,46 @@
 #!/usr/bin/env bash
-# Send benchmark with its two ceilings, in one run on one machine (issue #4
-# item 9):
+# Send benchmark with its two ceilings, in one run on one machine (issue
+# #4), repeated in rounds so that a noisy machine shows its spread:
 #
-#   1. the raw sync rate of the disk macpd would write to (cmd/disksync:
-#      one fdatasync per append, and one per 64 appends);
+#   1. the raw sync rate of the disk macpd writes to (cmd/disksync: one
+#      fdatasync per append, and one per 64 appends);
 #   2. the transport ceiling: cmd/echo-bench (Send answers an ok Ack at
 #      once) driven by "macpctl load --transport echo" at 64 concurrent
 #      sessions;
 #   3. macpd driven by the same client at 1, 16 and 64 concurrent sessions,
 #      and one session with 16 concurrent senders.
 #
-# It prints a table of absolute figures and ratios. macpd takes its store
-# settings from the environment (MACP_MEMORY_ONLY, MACP_DATA_DIR, ...);
-# MACP_DATA_DIR defaults to a directory next to the disksync file, so a
-# durable store is measured on the disk that disksync measured.
+# Every round measures all of them, in that order, so each round's ratios
+# compare figures taken minutes apart. The report gives, per figure, the
+# median over the rounds and the range [min-max]; each ratio is computed
+# within each round, then its median and range are given. It also reports
+# the CPU time per acknowledged Send of each server process and of the
+# client (from /proc/PID/stat and /usr/bin/time), which says what bounds a
+# CPU-bound run.
+#
+# macpd takes its store settings from the environment (MACP_MEMORY_ONLY,
+# MACP_DATA_DIR, GOGC, ...); MACP_DATA_DIR defaults to a fresh directory
+# next to the disksync file, so a durable store is measured on the disk
+# that disksync measured. One macpd serves every round (its store grows).
+# macpd and echo-bench bind free ports on 127.0.0.1.
 #
 # Knobs (environment): BENCH_DIR (scratch directory on the disk to
-# measure; default .tmp/bench in the repository), BENCH_SECS (seconds per
-# load run, default 3), BENCH_DISK_SECS (seconds per disksync setting,
-# default 3), BENCH_MESSAGES (messages per session, default 50),
-# BENCH_RECORD (disksync record size, default 512).
+# measure; default .tmp/bench in the repository), BENCH_ROUNDS (default
+# 3), BENCH_SECS (seconds per load run, default 3), BENCH_DISK_SECS
+# (seconds per disksync setting, default 2), BENCH_MESSAGES (messages per
+# session, default 50), BENCH_RECORD (disksync record size, default 512),
+# BENCH_RAW=1 to also print every round's figures.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+rounds=${BENCH_ROUNDS:-3}
 secs=${BENCH_SECS:-3}
-disk_secs=${BENCH_DISK_SECS:-3}
+disk_secs=${BENCH_DISK_SECS:-2}
 messages=${BENCH_MESSAGES:-50}
 record=${BENCH_RECORD:-512}
 dir=${BENCH_DIR:-$root/.tmp/bench}
 mkdir -p "$dir"
+res=$(mktemp -d "$dir/results.XXXXXX")
 bin=$(mktemp -d)
 pids=()
 cleanup() {
@@ -45,10 +57,11 @@ jget() {
 	printf '%s' "$1" | grep -o "\"$2\":[^,}]*" | head -1 | cut -d: -f2- | tr -d '"'
 }
 
-# div A B [FORMAT]: A/B, or "-" when B is 0 or missing.
-div() {
-	awk -v a="$1" -v b="$2" -v f="${3:-%.2f}" 'BEGIN { if (b + 0 == 0) print "-"; else printf f "\n", a / b }'
+# cpu_ticks PID: user+system CPU time of PID in clock ticks.
+cpu_ticks() {
+	sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'
 }
+hz=$(getconf CLK_TCK 2>/dev/null || echo 100)
 
 # wait_for FILE REGEX: wait up to 15s for a line of FILE to match, print
 # the first match.
@@ -68,89 +81,159 @@ wait_for() {
 log "building into $bin ..."
 (cd "$root" && go build -o "$bin/" ./cmd/macpd ./cmd/macpctl ./cmd/echo-bench ./cmd/disksync)
 
-log "disksync: ${disk_secs}s per setting in $dir ..."
-disk=$("$bin/disksync" --dir "$dir" --duration "${disk_secs}s" --record-size "$record" --group 1,64 --json)
-disk1=$(printf '%s\n' "$disk" | sed -n 1p)
-disk64=$(printf '%s\n' "$disk" | sed -n 2p)
+# put NAME ROUND FIELD VALUE: one figure of one round.
+put() { printf '%s\n' "$4" >"$res/$1.$2.$3"; }
+get() { cat "$res/$1.$2.$3" 2>/dev/null || true; }
 
-# load NAME ADDR TRANSPORT ARGS...: one macpctl load run; stores its JSON
-# line in results[NAME].
-declare -A results
+# load NAME ROUND PID ADDR TRANSPORT ARGS...: one macpctl load run against
+# the server process PID; records throughput, latency and CPU per ack.
 load() {
-	local name=$1 addr=$2 transport=$3
-	shift 3
-	log "load $name: $* (${secs}s) ..."
-	local out
-	out=$("$bin/macpctl" load --addr "$addr" --insecure --transport "$transport" \
-		--duration "${secs}s" --messages "$messages" --json "$@")
-	printf '%s\n' "$out" | sed '$d' | sed 's/^/    /' >&2
-	results[$name]=$(printf '%s\n' "$out" | tail -1)
+	local name=$1 round=$2 pid=$3 addr=$4 transport=$5
+	shift 5
+	log "round $round: load $name: $* (${secs}s) ..."
+	local out c0 c1 acked
+	c0=$(cpu_ticks "$pid")
+	out=$(/usr/bin/time -f '%U %S' -o "$res/time.$name.$round" "$bin/macpctl" load --addr "$addr" --insecure \
+		--transport "$transport" --duration "${secs}s" --messages "$messages" --json "$@")
+	c1=$(cpu_ticks "$pid")
+	[ -n "${BENCH_RAW:-}" ] && printf '%s\n' "$out" | sed '$d' | sed 's/^/    /' >&2
+	local j
+	j=$(printf '%s\n' "$out" | tail -1)
+	acked=$(jget "$j" acked)
+	put "$name" "$round" tput "$(jget "$j" throughput_per_s)"
+	put "$name" "$round" p50 "$(jget "$j" p50_ms)"
+	put "$name" "$round" p99 "$(jget "$j" p99_ms)"
+	put "$name" "$round" failed "$(($(jget "$j" errors) + $(jget "$j" rejected)))"
+	put "$name" "$round" srvcpu "$(awk -v c="$((c1 - c0))" -v hz="$hz" -v n="$acked" 'BEGIN { if (n > 0) printf "%.1f", c / hz / n * 1e6 }')"
+	put "$name" "$round" clicpu "$(awk -v n="$acked" '{ if (n > 0) printf "%.1f", ($1 + $2) / n * 1e6 }' "$res/time.$name.$round")"
 }
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')
 
-# The transport ceiling, measured before and after macpd to expose drift
-# (other work on the machine).
 "$bin/echo-bench" --addr 127.0.0.1:0 >"$dir/echo.out" 2>&1 &
-pids+=($!)
+echo_pid=$!
+pids+=($echo_pid)
 echo_addr=$(wait_for "$dir/echo.out" '127\.0\.0\.1:[0-9]+')
-load echo64a "$echo_addr" echo --concurrency 64
 
-# macpd.
 export MACP_ALLOW_INSECURE=1 MACP_BIND_ADDR=127.0.0.1:0 MACP_LOG_LEVEL=info MACP_LOG_FORMAT=text
 # The load generator is one sender: lift the per-sender rate limits.
 export MACP_SESSION_START_LIMIT_PER_MINUTE=0 MACP_MESSAGE_LIMIT_PER_MINUTE=0
-export MACP_DATA_DIR=${MACP_DATA_DIR:-$dir/macpd-data}
+if [ -z "${MACP_DATA_DIR:-}" ]; then
+	MACP_DATA_DIR=$dir/macpd-data
+	rm -rf "$MACP_DATA_DIR"
+fi
+export MACP_DATA_DIR
 "$bin/macpd" >"$dir/macpd.log" 2>&1 &
-pids+=($!)
+macpd_pid=$!
+pids+=($macpd_pid)
 macpd_addr=$(wait_for "$dir/macpd.log" 'addr=127\.0\.0\.1:[0-9]+' | cut -d= -f2)
 store=$(grep -o -m1 -E 'store=[^ ]+' "$dir/macpd.log" | cut -d= -f2 || true)
-load c1 "$macpd_addr" macp --concurrency 1
-load c16 "$macpd_addr" macp --concurrency 16
-load c64 "$macpd_addr" macp --concurrency 64
-load s1x16 "$macpd_addr" macp --concurrency 1 --sessions 1 --messages 100000000 --senders 16
-load echo64b "$echo_addr" echo --concurrency 64
+
+for round in $(seq "$rounds"); do
+	log "round $round: disksync ${disk_secs}s per setting in $dir ..."
+	disk=$("$bin/disksync" --dir "$dir" --duration "${disk_secs}s" --record-size "$record" --group 1,64 --json)
+	for g in 1 64; do
+		d=$(printf '%s\n' "$disk" | grep "\"group\":$g,")
+		put "disk$g" "$round" tput "$(jget "$d" appends_per_s)"
+		put "disk$g" "$round" syncs "$(jget "$d" syncs_per_s)"
+		put "disk$g" "$round" p50 "$(jget "$d" sync_p50_ms)"
+		put "disk$g" "$round" p99 "$(jget "$d" sync_p99_ms)"
+	done
+	load echo64 "$round" "$echo_pid" "$echo_addr" echo --concurrency 64
+	load c1 "$round" "$macpd_pid" "$macpd_addr" macp --concurrency 1
+	load c16 "$round" "$macpd_pid" "$macpd_addr" macp --concurrency 16
+	load c64 "$round" "$macpd_pid" "$macpd_addr" macp --concurrency 64
+	load s1x16 "$round" "$macpd_pid" "$macpd_addr" macp --concurrency 1 --sessions 1 --messages 100000000 --senders 16
+done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')
 
-row() { # label json-or-empty
-	local j=$2
-	printf '%-44s %12s %10s %10s %10s %8s\n' "$1" \
-		"$(printf '%.0f' "$(jget "$j" throughput_per_s)")" \
-		"$(jget "$j" p50_ms)" "$(jget "$j" p99_ms)" "$(jget "$j" p999_ms)" \
-		"$(($(jget "$j" errors) + $(jget "$j" rejected)))"
+# med NAME FIELD [FORMAT]: "median [min-max]" of a figure over the rounds.
+med() {
+	local f=${3:-%.0f}
+	for r in $(seq "$rounds"); do get "$1" "$r" "$2"; done | awk -v f="$f" '
+		NF { v[n++] = $1 }
+		END {
+			if (n == 0) { print "-"; exit }
+			for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+			m = (n % 2) ? v[int(n / 2)] : (v[n / 2 - 1] + v[n / 2]) / 2
+			printf f " [" f "-" f "]\n", m, v[0], v[n - 1]
+		}'
+}
+
+# ratio NAME FIELD NAME2 FIELD2: per-round NAME.FIELD / NAME2.FIELD2, then
+# "median [min-max]".
+ratio() {
+	for r in $(seq "$rounds"); do
+		awk -v a="$(get "$1" "$r" "$2")" -v b="$(get "$3" "$r" "$4")" 'BEGIN { if (a != "" && b + 0 > 0) printf "%.3f\n", a / b }'
+	done >"$res/ratio.tmp"
+	awk '
+		NF { v[n++] = $1 }
+		END {
+			if (n == 0) { print "-"; exit }
+			for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+			m = (n % 2) ? v[int(n / 2)] : (v[n / 2 - 1] + v[n / 2]) / 2
+			printf "%.2f [%.2f-%.2f]\n", m, v[0], v[n - 1]
+		}' "$res/ratio.tmp"
+}
+
+# target RATIO-TEXT MIN: "met" or "missed" by the median.
+target() {
+	awk -v m="${1%% *}" -v t="$2" 'BEGIN { if (m == "-") print "?"; else if (m + 0 >= t) print "met"; else printf "missed (%.0f%% of target)\n", 100 * m / t }'
 }
 
 cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo '?')
 echo
 echo "MACP Send benchmark  $(date -u +%Y-%m-%dT%H:%M:%SZ)  $(uname -sm), $cores CPU(s), $(go version | awk '{print $3}')"
-echo "macpd store: ${store:-?} (MACP_MEMORY_ONLY=${MACP_MEMORY_ONLY:-<default>}); ${messages} messages per Decision session; ${secs}s per load run; client and server on this machine"
+echo "macpd store: ${store:-?} (MACP_MEMORY_ONLY=${MACP_MEMORY_ONLY:-<default>}, GOGC=${GOGC:-<default>}); ${messages} messages per Decision session"
+echo "${rounds} rounds; ${secs}s per load run, ${disk_secs}s per disk setting; client and servers on this machine"
 echo "load average before: $load_before, after: $load_after (other work competes for the CPUs when these exceed the CPU count)"
+echo "figures: median [min-max] over the rounds"
 echo
-printf '%-44s %12s %10s %10s %10s %8s\n' "scenario" "acked/s" "p50 ms" "p99 ms" "p99.9 ms" "failed"
-row "echo-bench, 64 concurrent sessions (before)" "${results[echo64a]}"
-row "macpd, 1 session at a time" "${results[c1]}"
-row "macpd, 16 concurrent sessions" "${results[c16]}"
-row "macpd, 64 concurrent sessions" "${results[c64]}"
-row "macpd, 1 session x 16 concurrent senders" "${results[s1x16]}"
-row "echo-bench, 64 concurrent sessions (after)" "${results[echo64b]}"
-echo
-printf '%-44s %12s %10s %10s %10s\n' "disk ($dir, ${record} B records)" "appends/s" "syncs/s" "sync p50" "sync p99"
-for d in "$disk1" "$disk64"; do
-	printf '%-44s %12.0f %10.0f %10s %10s\n' "  one fdatasync per $(jget "$d" group) append(s)" \
-		"$(jget "$d" appends_per_s)" "$(jget "$d" syncs_per_s)" "$(jget "$d" sync_p50_ms)" "$(jget "$d" sync_p99_ms)"
+printf '%-40s %22s %22s %22s %16s %16s\n' "scenario" "acked/s" "p50 ms" "p99 ms" "server µs/ack" "client µs/ack"
+row() {
+	printf '%-40s %22s %22s %22s %16s %16s\n' "$1" "$(med "$2" tput)" "$(med "$2" p50 %.2f)" "$(med "$2" p99 %.1f)" \
+		"$(med "$2" srvcpu %.0f)" "$(med "$2" clicpu %.0f)"
+}
+row "echo-bench, 64 concurrent sessions" echo64
+row "macpd, 1 session at a time" c1
+row "macpd, 16 concurrent sessions" c16
+row "macpd, 64 concurrent sessions" c64
+row "macpd, 1 session x 16 concurrent senders" s1x16
+failed=0
+for n in echo64 c1 c16 c64 s1x16; do
+	for r in $(seq "$rounds"); do
+		f=$(get "$n" "$r" failed)
+		failed=$((failed + ${f:-0}))
+	done
 done
-
-t() { jget "${results[$1]}" throughput_per_s; }
-echo64=$(awk -v a="$(t echo64a)" -v b="$(t echo64b)" 'BEGIN { print (a + b) / 2 }')
-d1=$(jget "$disk1" appends_per_s)
-d64=$(jget "$disk64" appends_per_s)
+echo "failed Sends (errors + rejections), all runs: $failed"
 echo
-echo "ratios (throughput)"
-printf '  %-58s %8s\n' "macpd/echo at 64 sessions (echo: mean of both runs)" "$(div "$(t c64)" "$echo64")"
-printf '  %-58s %8s\n' "macpd 1 session / disk one-sync-per-append" "$(div "$(t c1)" "$d1")"
-printf '  %-58s %8s\n' "macpd 16 sessions / disk one-sync-per-append" "$(div "$(t c16)" "$d1")"
-printf '  %-58s %8s\n' "macpd 64 sessions / disk one-sync-per-append" "$(div "$(t c64)" "$d1")"
-printf '  %-58s %8s\n' "macpd 64 sessions / disk 64-appends-per-sync" "$(div "$(t c64)" "$d64")"
-printf '  %-58s %8s\n' "1 session x 16 senders / disk one-sync-per-append" "$(div "$(t s1x16)" "$d1")"
-printf '  %-58s %8s\n' "1 session x 16 senders / 1 session, 1 sender" "$(div "$(t s1x16)" "$(t c1)")"
-printf '  %-58s %8s\n' "p50 latency macpd 1 session / disk sync p50 (one per append)" "$(div "$(jget "${results[c1]}" p50_ms)" "$(jget "$disk1" sync_p50_ms)")"
+printf '%-40s %22s %22s %22s %22s\n' "disk ($dir, ${record} B records)" "appends/s" "syncs/s" "sync p50 ms" "sync p99 ms"
+for g in 1 64; do
+	printf '%-40s %22s %22s %22s %22s\n' "  one fdatasync per $g append(s)" "$(med "disk$g" tput)" "$(med "disk$g" syncs)" \
+		"$(med "disk$g" p50 %.3f)" "$(med "disk$g" p99 %.2f)"
+done
+echo
+echo "ratios (throughput, per round; median [min-max])"
+r_echo=$(ratio c64 tput echo64 tput)
+r_disk=$(ratio c64 tput disk1 tput)
+r_s16=$(ratio s1x16 tput disk1 tput)
+printf '  %-56s %18s   target >= 0.75: %s\n' "macpd 64 sessions / echo 64 sessions" "$r_echo" "$(target "$r_echo" 0.75)"
+printf '  %-56s %18s   target >= 4: %s\n' "macpd 64 sessions / disk one-sync-per-append" "$r_disk" "$(target "$r_disk" 4)"
+printf '  %-56s %18s   target >= 3: %s\n' "1 session x 16 senders / disk one-sync-per-append" "$r_s16" "$(target "$r_s16" 3)"
+printf '  %-56s %18s\n' "macpd 1 session / disk one-sync-per-append" "$(ratio c1 tput disk1 tput)"
+printf '  %-56s %18s\n' "macpd 16 sessions / disk one-sync-per-append" "$(ratio c16 tput disk1 tput)"
+printf '  %-56s %18s\n' "macpd 64 sessions / disk 64-appends-per-sync" "$(ratio c64 tput disk64 tput)"
+printf '  %-56s %18s\n' "1 session x 16 senders / 1 session, 1 sender" "$(ratio s1x16 tput c1 tput)"
+printf '  %-56s %18s\n' "macpd 64 server CPU per ack / echo server CPU per ack" "$(ratio c64 srvcpu echo64 srvcpu)"
+printf '  %-56s %18s\n' "p50 latency macpd 1 session / disk sync p50 (one per append)" "$(ratio c1 p50 disk1 p50)"
+if [ -n "${BENCH_RAW:-}" ]; then
+	echo
+	echo "raw figures per round (acked/s; disk: appends/s)"
+	for n in disk1 disk64 echo64 c1 c16 c64 s1x16; do
+		printf '  %-8s' "$n"
+		for r in $(seq "$rounds"); do printf ' %10s' "$(get "$n" "$r" tput | cut -d. -f1)"; done
+		echo
+	done
+fi
+rm -rf "$res"
