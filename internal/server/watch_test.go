@@ -426,9 +426,10 @@ func TestWatchSessionsStalledWatcherCoalesces(t *testing.T) {
 	stalled := &lifecycleView{states: sessionStates{}}
 	go stalled.consume(ss)
 	got := e.converge(t, "stalled watcher", "bob", stalled)
-	t.Logf("keeper received %d events, stalled watcher %d", kept, got)
-	if got >= kept {
-		t.Fatalf("stalled watcher received %d events, keeper %d: nothing was coalesced (the stall did not happen)", got, kept)
+	published := n + n*2/3 // one CREATED per session, one RESOLVED/EXPIRED for two thirds
+	t.Logf("%d events published; keeper received %d, stalled watcher %d", published, kept, got)
+	if got >= published {
+		t.Fatalf("stalled watcher received %d of %d events: nothing was coalesced (the stall did not happen)", got, published)
 	}
 }
 
