@@ -62,6 +62,13 @@
 // session the caller may see as CREATED, then lifecycle events as they
 // become durable; signals have no backlog.
 //
+// [Client.Subscribe] follows one session's accepted history: everything
+// after a sequence number, then live envelopes. It numbers what it delivers,
+// skips heartbeat Signals, and when the connection drops it reconnects with
+// backoff and resumes after the last envelope it delivered, so the
+// application sees one gap-free stream that ends when the session does
+// (docs/resume.md).
+//
 // # Decision Mode
 //
 // [DecisionSession] wraps one macp.mode.decision.v1 session (RFC-MACP-0007):

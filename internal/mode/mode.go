@@ -44,7 +44,8 @@ type Mode interface {
 	Descriptor() *macpv1.ModeDescriptor
 	// Start checks the mode's SessionStart requirements on the binding
 	// (e.g. participants required) and returns the initial state. Errors
-	// carry INVALID_ENVELOPE.
+	// carry INVALID_ENVELOPE, or INVALID_POLICY_DEFINITION for bound
+	// policy rules the mode cannot use.
 	Start(b *Binding) (State, error)
 }
 
@@ -52,8 +53,11 @@ type Mode interface {
 type State interface {
 	// Step validates and applies one non-Commitment message: authority
 	// first (FORBIDDEN), then decoding, references and phase
-	// (INVALID_ENVELOPE; also for a type the mode does not define). On
-	// error nothing changed.
+	// (INVALID_ENVELOPE; also for a type the mode does not define), then
+	// policy knobs that act on this message (POLICY_DENIED); after the
+	// session committed, SESSION_NOT_OPEN. On error nothing changed. The
+	// Message (and its Payload) is only valid during the call: the core
+	// reuses it, so a mode must copy what it keeps.
 	Step(b *Binding, m *Message) error
 	// Commit validates and applies a Commitment whose authority, payload
 	// shape and version binding the core has already checked: session
