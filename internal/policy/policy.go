@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
 
@@ -102,6 +103,25 @@ func MustDefault() *Policy {
 // Section returns the raw JSON of a top-level rules section, or nil.
 func (p *Policy) Section(name string) json.RawMessage {
 	return p.sections[name]
+}
+
+// DecodeSection decodes the top-level rules section name into into (a
+// pointer to a struct). An absent or null section leaves into untouched and
+// is not an error; anything but a JSON object, or a value json.Unmarshal
+// refuses, is INVALID_POLICY_DEFINITION naming the section. Modes use it
+// to read their own sections (RFC-MACP-0012 §4).
+func (p *Policy) DecodeSection(name string, into any) error {
+	raw := bytes.TrimSpace(p.Section(name))
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil
+	}
+	if raw[0] != '{' {
+		return coord.Errorf(coord.CodeInvalidPolicyDefinition, "%s must be an object", name)
+	}
+	if err := json.Unmarshal(raw, into); err != nil {
+		return coord.Errorf(coord.CodeInvalidPolicyDefinition, "%s: %v", name, err)
+	}
+	return nil
 }
 
 // MayCommit reports whether sender holds commitment authority in a session

@@ -1,8 +1,6 @@
 package decision
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"math"
@@ -84,20 +82,6 @@ func badPolicy(format string, args ...any) error {
 	return coord.Errorf(coord.CodeInvalidPolicyDefinition, format, args...)
 }
 
-func section(p *policy.Policy, name string, into any) error {
-	raw := p.Section(name)
-	if len(raw) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		return nil
-	}
-	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
-		return badPolicy("%s must be an object", name)
-	}
-	if err := json.Unmarshal(raw, into); err != nil {
-		return badPolicy("%s: %v", name, err)
-	}
-	return nil
-}
-
 func in01(v float64) bool { return v >= 0 && v <= 1 }
 
 // ValidateRules checks a policy's decision rules against
@@ -128,7 +112,7 @@ func parseRules(p *policy.Policy, participants []string) (*rules, error) {
 		name string
 		into any
 	}{{"voting", &v}, {"objection_handling", &o}, {"evaluation", &e}, {"commitment", &c}} {
-		if err := section(p, s.name, s.into); err != nil {
+		if err := p.DecodeSection(s.name, s.into); err != nil {
 			return nil, err
 		}
 	}

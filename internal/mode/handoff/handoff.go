@@ -37,8 +37,6 @@
 package handoff
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"math"
 	"strings"
@@ -173,18 +171,11 @@ func checkRules(p *policy.Policy) error {
 	if p == nil {
 		return nil
 	}
-	raw := bytes.TrimSpace(p.Section("acceptance"))
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil
-	}
-	if raw[0] != '{' {
-		return badPolicy("acceptance must be an object")
-	}
 	var a struct {
 		ImplicitAcceptTimeoutMs *float64 `json:"implicit_accept_timeout_ms"`
 	}
-	if err := json.Unmarshal(raw, &a); err != nil {
-		return badPolicy("acceptance: %v", err)
+	if err := p.DecodeSection("acceptance", &a); err != nil {
+		return err
 	}
 	if a.ImplicitAcceptTimeoutMs == nil {
 		return nil

@@ -1,8 +1,6 @@
 package proposal
 
 import (
-	"bytes"
-	"encoding/json"
 	"math"
 
 	"github.com/macpd/macpd/internal/coord"
@@ -56,22 +54,6 @@ func badPolicy(format string, args ...any) error {
 	return coord.Errorf(coord.CodeInvalidPolicyDefinition, format, args...)
 }
 
-// section decodes the top-level rules section name into into; an absent or
-// null section leaves into unchanged.
-func section(p *policy.Policy, name string, into any) error {
-	raw := bytes.TrimSpace(p.Section(name))
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil
-	}
-	if raw[0] != '{' {
-		return badPolicy("%s must be an object", name)
-	}
-	if err := json.Unmarshal(raw, into); err != nil {
-		return badPolicy("%s: %v", name, err)
-	}
-	return nil
-}
-
 // parseRules validates the proposal sections of p against
 // proposal-rules.schema.json (RFC-MACP-0012 §4.3). The commitment section is
 // the core's (policy.Parse). Errors carry INVALID_POLICY_DEFINITION.
@@ -85,7 +67,7 @@ func parseRules(p *policy.Policy) (rules, error) {
 		name string
 		into any
 	}{{"acceptance", &raw.Acceptance}, {"counter_proposal", &raw.CounterProposal}, {"rejection", &raw.Rejection}} {
-		if err := section(p, s.name, s.into); err != nil {
+		if err := p.DecodeSection(s.name, s.into); err != nil {
 			return r, err
 		}
 	}

@@ -1,8 +1,6 @@
 package quorum
 
 import (
-	"bytes"
-	"encoding/json"
 	"maps"
 	"math"
 	"slices"
@@ -72,24 +70,6 @@ func badPolicy(format string, args ...any) error {
 	return coord.Errorf(coord.CodeInvalidPolicyDefinition, format, args...)
 }
 
-// section decodes the rules section name of p into into. An absent or null
-// section leaves into untouched; anything but an object, or a field of the
-// wrong JSON type, is INVALID_POLICY_DEFINITION. Unknown keys are allowed
-// (the schema does not forbid additional properties).
-func section(p *policy.Policy, name string, into any) error {
-	raw := bytes.TrimSpace(p.Section(name))
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil
-	}
-	if raw[0] != '{' {
-		return badPolicy("%s must be an object", name)
-	}
-	if err := json.Unmarshal(raw, into); err != nil {
-		return badPolicy("%s: %v", name, err)
-	}
-	return nil
-}
-
 func fmtNum(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 
 // parseRules validates the quorum sections of p (nil = policy.default)
@@ -126,10 +106,10 @@ func parseRules(p *policy.Policy, names []string) (rules, error) {
 		t rawThreshold
 		a rawAbstention
 	)
-	if err := section(p, "threshold", &t); err != nil {
+	if err := p.DecodeSection("threshold", &t); err != nil {
 		return r, err
 	}
-	if err := section(p, "abstention", &a); err != nil {
+	if err := p.DecodeSection("abstention", &a); err != nil {
 		return r, err
 	}
 

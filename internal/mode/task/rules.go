@@ -1,9 +1,6 @@
 package task
 
 import (
-	"bytes"
-	"encoding/json"
-
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/policy"
 )
@@ -32,24 +29,6 @@ func badPolicy(format string, args ...any) error {
 	return coord.Errorf(coord.CodeInvalidPolicyDefinition, format, args...)
 }
 
-// section decodes the rules section name of p into into. An absent or null
-// section leaves into untouched; anything but an object, or a field of the
-// wrong JSON type, is INVALID_POLICY_DEFINITION. Unknown keys are allowed
-// (the schema does not forbid additional properties).
-func section(p *policy.Policy, name string, into any) error {
-	raw := bytes.TrimSpace(p.Section(name))
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil
-	}
-	if raw[0] != '{' {
-		return badPolicy("%s must be an object", name)
-	}
-	if err := json.Unmarshal(raw, into); err != nil {
-		return badPolicy("%s: %v", name, err)
-	}
-	return nil
-}
-
 // parseRules validates the task sections of p (nil = policy.default).
 func parseRules(p *policy.Policy) (rules, error) {
 	var r rules
@@ -60,10 +39,10 @@ func parseRules(p *policy.Policy) (rules, error) {
 		a rawAssignment
 		c rawCompletion
 	)
-	if err := section(p, "assignment", &a); err != nil {
+	if err := p.DecodeSection("assignment", &a); err != nil {
 		return r, err
 	}
-	if err := section(p, "completion", &c); err != nil {
+	if err := p.DecodeSection("completion", &c); err != nil {
 		return r, err
 	}
 	r.allowReassignment = a.AllowReassignmentOnReject != nil && *a.AllowReassignmentOnReject
