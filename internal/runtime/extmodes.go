@@ -12,26 +12,23 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Registered extension modes are stored durably (store meta key
-// "mode/<id>", value: one state byte then the ModeDescriptor) before a
-// registration is acknowledged, so their sessions survive a restart.
-// Unregistered modes stay stored as retired: sessions bound to them still
-// replay, and the name can only be registered again with the identical
-// descriptor.
+// Registered extension modes are stored durably (passthrough.StoreKey,
+// passthrough.EncodeRegistration) before a registration is acknowledged, so
+// their sessions survive a restart. Unregistered modes stay stored as
+// retired: sessions bound to them still replay, and the name can only be
+// registered again with the identical descriptor.
 const (
-	modeActive   = 'E' // registered extension mode
-	modeStandard = 'S' // promoted to standards-track
-	modeRetired  = 'R' // unregistered; kept for replay
+	modeActive   = passthrough.StateActive
+	modeStandard = passthrough.StateStandard
+	modeRetired  = passthrough.StateRetired
 )
 
-func modeKey(id string) string { return "mode/" + id }
-
 func (r *Runtime) persistMode(state byte, d *macpv1.ModeDescriptor) *coord.Error {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(d)
+	b, err := passthrough.EncodeRegistration(state, d)
 	if err != nil {
 		return coord.Errorf(coord.CodeInternalError, "encoding mode descriptor")
 	}
-	if err := r.store.PutMeta(context.Background(), modeKey(d.Mode), append([]byte{state}, b...)); err != nil {
+	if err := r.store.PutMeta(context.Background(), passthrough.StoreKey(d.Mode), b); err != nil {
 		r.log.Error("storing mode registration failed", "mode", d.Mode, "err", err)
 		return coord.Errorf(coord.CodeInternalError, "the mode registration could not be stored")
 	}
@@ -41,15 +38,8 @@ func (r *Runtime) persistMode(state byte, d *macpv1.ModeDescriptor) *coord.Error
 // loadModes restores durable registrations at boot.
 func (r *Runtime) loadModes(ctx context.Context) error {
 	reg := r.modes.Load()
-	err := r.store.ListMeta(ctx, "mode/", func(key string, val []byte) error {
-		if len(val) < 1 {
-			return fmt.Errorf("%s: empty value", key)
-		}
-		var d macpv1.ModeDescriptor
-		if err := proto.Unmarshal(val[1:], &d); err != nil {
-			return fmt.Errorf("%s: %w", key, err)
-		}
-		nd, err := passthrough.Validate(&d)
+	err := r.store.ListMeta(ctx, passthrough.StorePrefix, func(key string, val []byte) error {
+		state, nd, err := passthrough.DecodeRegistration(val)
 		if err != nil {
 			return fmt.Errorf("%s: %w", key, err)
 		}
@@ -57,7 +47,7 @@ func (r *Runtime) loadModes(ctx context.Context) error {
 			return nil // a built-in mode of this build wins
 		}
 		e := mode.Entry{Mode: passthrough.New(nd), Kind: mode.Extension}
-		switch val[0] {
+		switch state {
 		case modeActive:
 			reg = reg.With(e)
 		case modeStandard:

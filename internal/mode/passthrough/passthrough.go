@@ -131,3 +131,50 @@ func (s *state) Project() map[string]any {
 	}
 	return map[string]any{"phase": phase, "message_counts": counts}
 }
+
+// Durable registrations. A registered extension mode is stored under
+// StoreKey(id) as one state byte followed by its ModeDescriptor, so the
+// runtime restores it at boot and offline tools (macpctl verify) can
+// replay its sessions. Retired modes (unregistered, renamed by promotion)
+// stay stored because their sessions still need them for replay.
+const (
+	StateActive   byte = 'E' // registered extension mode
+	StateStandard byte = 'S' // promoted to standards-track
+	StateRetired  byte = 'R' // unregistered; kept for replay
+)
+
+// StorePrefix is the meta-key prefix of stored registrations.
+const StorePrefix = "mode/"
+
+// StoreKey is the meta key of mode id's registration.
+func StoreKey(id string) string { return StorePrefix + id }
+
+// EncodeRegistration is the stored value of a registration.
+func EncodeRegistration(state byte, d *macpv1.ModeDescriptor) ([]byte, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(d)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte{state}, b...), nil
+}
+
+// DecodeRegistration reads a stored value back, validating the descriptor.
+func DecodeRegistration(val []byte) (byte, *macpv1.ModeDescriptor, error) {
+	if len(val) < 1 {
+		return 0, nil, coord.Errorf(coord.CodeInternalError, "empty mode registration")
+	}
+	switch val[0] {
+	case StateActive, StateStandard, StateRetired:
+	default:
+		return 0, nil, coord.Errorf(coord.CodeInternalError, "unknown mode registration state %q", val[0])
+	}
+	var d macpv1.ModeDescriptor
+	if err := proto.Unmarshal(val[1:], &d); err != nil {
+		return 0, nil, coord.Errorf(coord.CodeInternalError, "mode registration does not decode: %v", err)
+	}
+	nd, err := Validate(&d)
+	if err != nil {
+		return 0, nil, err
+	}
+	return val[0], nd, nil
+}

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 
-	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/passthrough"
 	"github.com/macpd/macpd/internal/session"
@@ -143,15 +142,8 @@ func Session(ctx context.Context, st store.Store, info store.SessionInfo, modes 
 // one of the same id.
 func StoredModes(ctx context.Context, st store.Store, base *mode.Registry) (*mode.Registry, error) {
 	reg := base
-	err := st.ListMeta(ctx, "mode/", func(key string, val []byte) error {
-		if len(val) < 1 {
-			return fmt.Errorf("%s: empty value", key)
-		}
-		var d macpv1.ModeDescriptor
-		if err := proto.Unmarshal(val[1:], &d); err != nil {
-			return fmt.Errorf("%s: %w", key, err)
-		}
-		nd, err := passthrough.Validate(&d)
+	err := st.ListMeta(ctx, passthrough.StorePrefix, func(key string, val []byte) error {
+		state, nd, err := passthrough.DecodeRegistration(val)
 		if err != nil {
 			return fmt.Errorf("%s: %w", key, err)
 		}
@@ -159,7 +151,7 @@ func StoredModes(ctx context.Context, st store.Store, base *mode.Registry) (*mod
 			return nil
 		}
 		kind := mode.Extension
-		if val[0] == 'S' {
+		if state == passthrough.StateStandard {
 			kind = mode.Standard
 		}
 		reg = reg.With(mode.Entry{Mode: passthrough.New(nd), Kind: kind})
