@@ -96,6 +96,10 @@ func MeasureStart(ctx context.Context, cfg MeasureConfig, man *Manifest) (*Start
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
+	// The reader below owns the stderr pipe (and cfg.Log) until macpd
+	// closes its end; Wait runs only after that, as os/exec requires, so
+	// cfg.Log is complete and no longer written when MeasureStart returns.
+	readerDone := make(chan struct{})
 	stopped := false
 	stop := func() error {
 		if stopped {
@@ -103,21 +107,25 @@ func MeasureStart(ctx context.Context, cfg MeasureConfig, man *Manifest) (*Start
 		}
 		stopped = true
 		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
+		var killed error
 		select {
-		case err := <-done:
-			return err
+		case <-readerDone:
 		case <-time.After(30 * time.Second):
 			_ = cmd.Process.Kill()
-			return errors.New("benchrec: macpd did not stop within 30s of SIGTERM; killed")
+			<-readerDone
+			killed = errors.New("benchrec: macpd did not stop within 30s of SIGTERM; killed")
 		}
+		if err := cmd.Wait(); killed == nil {
+			return err
+		}
+		return killed
 	}
 	defer stop()
 
 	res := &StartResult{}
 	lines := make(chan map[string]any, 64)
 	go func() {
+		defer close(readerDone)
 		defer close(lines)
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
