@@ -21,8 +21,10 @@ import (
 // under durableMu, registers only if durableSeq < next (nothing durable is
 // missing); otherwise it reads the store again. So every record with
 // Seq >= next is either read from the store or published after
-// registration, and records it already has (the store can be ahead of
-// durableSeq for a moment) are skipped by sequence number.
+// registration, and records it already has are skipped by sequence
+// number. Catch-up reads stop at durableSeq: the store can be ahead of it
+// (a batch being synced is already readable in Pebble; a synced one is
+// not yet answered), and nothing is delivered before it is durable.
 //
 // Slow followers: a follower's live queue is bounded. When it is full the
 // committer drops the follower from the live list instead of blocking;
@@ -193,10 +195,20 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 		return nil
 	}
 	for {
-		// Catch up from the store.
-		err := r.store.Read(ctx, sessionID, next, deliver)
+		// Catch up from the store, but only with durable records: a store
+		// may show a batch before its sync completed (Pebble makes a
+		// batch visible before its WAL sync returns), and a record that
+		// is not yet durable must not reach anyone. Later records come
+		// live, or from the next pass.
+		limit := o.durable()
+		err := r.store.Read(ctx, sessionID, next, func(rec session.Record) error {
+			if rec.Seq > limit {
+				return errStopRead
+			}
+			return deliver(rec)
+		})
 		switch {
-		case err == nil, errors.Is(err, store.ErrNotFound):
+		case err == nil, errors.Is(err, store.ErrNotFound), errors.Is(err, errStopRead):
 		default:
 			return err
 		}

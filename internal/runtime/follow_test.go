@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store/memstore"
@@ -259,4 +260,47 @@ func TestFollowSlowConsumer(t *testing.T) {
 		t.Fatal("slow follower never finished")
 	}
 	sameRecords(t, "slow follower", stored(t, st, sid), got)
+}
+
+// A record that the store already shows but whose append has not returned
+// (Pebble makes a batch readable before its WAL sync completes) is not
+// delivered by catch-up: a follower gets it only once it is durable
+// (issue #4: never broadcast an entry before it is durable).
+func TestFollowCatchUpStopsAtDurable(t *testing.T) {
+	st := newFaultStore()
+	r := newRT(t, st, Options{})
+	sid := openSession(t, r, 0) // records 1, 2
+	f := st.inject(&fault{session: sid, times: 1, gate: make(chan struct{}), early: true})
+	defer st.releaseAll()
+	var acked <-chan *macpv1.Ack
+	ch := make(chan session.Record, 8)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		_ = r.Follow(ctx, aliceID, sid, 0, FollowOptions{OnStart: func(uint64) {
+			// Before the first store read: record 3 becomes readable
+			// but not durable.
+			acked = sendAsync(r, context.Background(), initID, proposalEnv(sid, "in-flight"))
+			waitEntered(t, f)
+		}}, func(rec session.Record) error {
+			ch <- rec
+			return nil
+		})
+	}()
+	for want := uint64(1); want <= 2; want++ {
+		if rec := recv(t, ch, "durable record"); rec.Seq != want {
+			t.Fatalf("delivered record %d, want %d", rec.Seq, want)
+		}
+	}
+	if n := len(storedIDs(t, st, sid)); n != 3 {
+		t.Fatalf("store shows %d records, want 3 (the in-flight one readable)", n)
+	}
+	nothingFor(t, ch, 100*time.Millisecond, "a record that is not durable")
+	f.release()
+	if ack := recv(t, acked, "ack"); !ack.Ok {
+		t.Fatalf("in-flight proposal: %v", ack.Error)
+	}
+	if rec := recv(t, ch, "record 3 once durable"); rec.Seq != 3 || rec.Envelope.MessageId != "in-flight" {
+		t.Fatalf("delivered %d %s, want 3 in-flight", rec.Seq, rec.Envelope.GetMessageId())
+	}
 }

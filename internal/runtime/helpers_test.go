@@ -52,7 +52,11 @@ type fault struct {
 	gate    chan struct{}
 	entered chan struct{} // buffered; one value per append that waits
 	err     error
-	once    sync.Once
+	// early writes the batch to the inner store before waiting on gate:
+	// the records are readable before Append returns, as with Pebble,
+	// which makes a batch visible before its WAL sync completes.
+	early bool
+	once  sync.Once
 }
 
 // release opens the gate (idempotent).
@@ -141,6 +145,14 @@ func (s *faultStore) Append(ctx context.Context, recs []session.Record) error {
 		}
 	}
 	s.mu.Unlock()
+	if f != nil && f.early {
+		s.appends.Add(1)
+		s.records.Add(int64(len(recs)))
+		err := s.Store.Append(ctx, recs)
+		f.entered <- struct{}{}
+		<-f.gate
+		return err
+	}
 	if f != nil {
 		if f.gate != nil {
 			f.entered <- struct{}{}
