@@ -13,7 +13,12 @@
 //  2. The committer appends queued records of many sessions in one
 //     store.Append (group commit) and, once durable, runs each request's
 //     completion in queue order: the session's durable sequence advances,
-//     subscribers and lifecycle watchers are notified.
+//     subscribers and lifecycle watchers are notified. With a store that
+//     implements store.Pipeliner (Pebble), the committer only starts each
+//     group's append and builds the next group while it syncs (up to
+//     maxInFlight groups); a second goroutine waits for the groups in the
+//     order they were started and runs their completions, so an answer
+//     never precedes the durability of its own group or of any earlier one.
 //  3. Only then is the caller's Ack returned.
 //
 // If an append fails, the session's in-memory state is ahead of the store:
@@ -34,7 +39,7 @@
 // forgetting a session whose SessionStart was not stored) run on the
 // commit's outcome, not on the caller's context.
 //
-// Goroutines: the committer, the TTL timer loop, one short-lived worker per
+// Goroutines: the committer and its completer, the TTL timer loop, one short-lived worker per
 // fired deadline (Close waits for them), and one per subscriber stream
 // (owned by the transport). Lock order: owner.mu before Runtime.mu (a new
 // owner is locked before it is published in the map). Never hold an owner

@@ -286,30 +286,43 @@ func (r *Runtime) replay(ctx context.Context, id string, records uint64) (*sessi
 	return s, nil
 }
 
-// commitLoop groups queued commit requests into store appends.
+// commitLoop groups queued commit requests into store appends. With a
+// store.Pipeliner it starts each append and hands it to completeLoop
+// without waiting for its sync, so the next group is validated and queued
+// while the previous one syncs (at most maxInFlight groups at once);
+// completeLoop answers the groups strictly in order, each only after its
+// sync. Otherwise each append runs to completion here.
 func (r *Runtime) commitLoop() {
-	batch := make([]*commitReq, 0, r.opts.MaxCommitBatch)
+	completions := make(chan inFlight, maxInFlight)
+	finished := make(chan struct{})
+	go func() { defer close(finished); r.completeLoop(completions) }()
+	defer func() { close(completions); <-finished }()
+	pipe, _ := r.store.(store.Pipeliner)
 	var recs []session.Record
 	for {
 		var first *commitReq
 		select {
 		case first = <-r.commits:
 		case <-r.stop:
-			// Drain what is queued so no waiter hangs.
+			// Drain what is queued so no waiter hangs; the groups in flight
+			// are answered first (completeLoop, in order).
+			var rest []*commitReq
 			for {
 				select {
 				case req := <-r.commits:
-					if len(req.recs) > 0 {
-						req.o.broken.CompareAndSwap(0, req.epoch+1)
-					}
-					req.o.answered(0)
-					req.done <- store.ErrClosed
+					rest = append(rest, req)
+					continue
 				default:
-					return
 				}
+				break
 			}
+			if len(rest) > 0 {
+				completions <- inFlight{batch: rest, err: store.ErrClosed, closed: true}
+			}
+			return
 		}
-		batch = append(batch[:0], first)
+		batch := make([]*commitReq, 1, min(r.opts.MaxCommitBatch, 1+len(r.commits)))
+		batch[0] = first
 	fill:
 		for len(batch) < r.opts.MaxCommitBatch {
 			select {
@@ -329,16 +342,59 @@ func (r *Runtime) commitLoop() {
 				recs = append(recs, req.recs...)
 			}
 		}
-		var err error
-		if len(recs) > 0 {
-			err = r.store.Append(context.Background(), recs)
+		f := inFlight{batch: batch}
+		switch {
+		case len(recs) == 0:
+		case pipe != nil:
+			f.wait, f.err = pipe.AppendAsync(context.Background(), recs)
+		default:
+			f.err = r.store.Append(context.Background(), recs)
 		}
-		if err != nil {
-			r.log.Error("store append failed", "records", len(recs), "err", err)
+		if f.err != nil {
+			// Known now: mark the sessions broken before the next group is
+			// built, so their later records are left out of it (doomed).
+			for _, req := range batch {
+				if len(req.recs) > 0 && !req.doomed {
+					req.o.broken.CompareAndSwap(0, req.epoch+1)
+				}
+			}
 		}
-		for _, req := range batch {
+		clear(recs) // keep no references to answered records
+		completions <- f
+	}
+}
+
+// maxInFlight bounds the groups started but not yet answered.
+const maxInFlight = 4
+
+// inFlight is a group of commit requests whose append was started.
+type inFlight struct {
+	batch []*commitReq
+	wait  func() error // nil: the append finished (err is its result)
+	err   error
+	// closed: the runtime stopped before these requests were appended.
+	closed bool
+}
+
+// completeLoop answers started groups in the order they were started,
+// each after its append is durable (or failed).
+func (r *Runtime) completeLoop(completions <-chan inFlight) {
+	for f := range completions {
+		err := f.err
+		if err == nil && f.wait != nil {
+			err = f.wait()
+		}
+		if err != nil && !f.closed {
+			r.log.Error("store append failed", "requests", len(f.batch), "err", err)
+		}
+		for _, req := range f.batch {
 			rerr := err
 			switch {
+			case f.closed:
+				if len(req.recs) > 0 {
+					req.o.broken.CompareAndSwap(0, req.epoch+1)
+				}
+				req.o.answered(0)
 			case len(req.recs) == 0: // barrier: earlier requests were answered first
 				rerr = nil
 				if req.o.broken.Load() == req.epoch+1 {

@@ -60,6 +60,20 @@ type SessionInfo struct {
 	Quarantined string
 }
 
+// Pipeliner is implemented by stores that can overlap appends: a caller
+// that starts the next append while the previous one syncs shares the
+// disk's sync latency between them.
+type Pipeliner interface {
+	// AppendAsync is Append in two steps. It validates recs and queues
+	// them after every earlier append (an error: nothing was written, as
+	// with Append); the records may be readable at once. wait then blocks
+	// until they are durable and returns what Append would have. An
+	// append is durable only after every earlier one is, and once a wait
+	// fails every later wait fails too (the store fails closed). wait must
+	// be called exactly once, in the order the appends were started.
+	AppendAsync(ctx context.Context, recs []session.Record) (wait func() error, err error)
+}
+
 // Store is the durable history of all sessions.
 //
 // Integrity chain (RFC-MACP-0003 §6): Append sets each record's PrevHash

@@ -32,31 +32,103 @@ func (s *Store) Append(ctx context.Context, recs []session.Record) error {
 	}
 	b := s.db.NewBatch()
 	defer b.Close()
+	pending, err := s.prepare(b, recs)
+	if err != nil {
+		return err
+	}
+	if err := s.commit(b); err != nil {
+		return err
+	}
+	s.advance(pending)
+	return nil
+}
+
+// AppendAsync implements store.Pipeliner with Pebble's ApplyNoSyncWait:
+// the batch is sequenced, written to the WAL and applied under wmu, and
+// the WAL sync is awaited by wait, outside it. Pebble syncs its WAL in
+// order, so a batch is durable only once every earlier one is; the
+// session tips advance when the batch is queued, as the next append
+// continues from it. A failed sync fails the store (fail closed): that
+// wait and every later one, and every later call, return the error.
+func (s *Store) AppendAsync(ctx context.Context, recs []session.Record) (func() error, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	done := func() error { s.leave(); return nil }
+	if len(recs) == 0 {
+		return done, nil
+	}
+	if err := ctx.Err(); err != nil {
+		s.leave()
+		return nil, err
+	}
+	s.wmu.Lock()
+	if err := s.writable(); err != nil {
+		s.wmu.Unlock()
+		s.leave()
+		return nil, err
+	}
+	b := s.db.NewBatch()
+	pending, err := s.prepare(b, recs)
+	if err == nil {
+		if err = s.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+			s.fail.set(err)
+			s.log.Error("store write failed; restart required", "err", err)
+			err = s.fail.get()
+			// Not queued: nothing to wait for.
+			s.wmu.Unlock()
+			s.leave()
+			return nil, err
+		}
+		s.advance(pending)
+	}
+	s.wmu.Unlock()
+	if err != nil {
+		_ = b.Close()
+		s.leave()
+		return nil, err
+	}
+	return func() error {
+		defer s.leave()
+		err := b.SyncWait()
+		if err != nil {
+			s.fail.set(err)
+			s.log.Error("store sync failed; restart required", "err", err)
+		}
+		_ = b.Close()
+		return s.fail.get()
+	}, nil
+}
+
+// prepare validates recs against the session tips and writes them, with
+// their index updates, into b; the caller holds wmu. It returns the new
+// tips, for advance once b is committed.
+func (s *Store) prepare(b *pebble.Batch, recs []session.Record) (map[string]tip, error) {
 	pending := make(map[string]tip)
 	var ids []string // in first-seen order
 	infos := make(map[string]store.SessionInfo)
 	for _, r := range recs {
 		id := r.SessionID
 		if !store.ValidSessionID(id) {
-			return fmt.Errorf("%w: session id %q", store.ErrInvalid, id)
+			return nil, fmt.Errorf("%w: session id %q", store.ErrInvalid, id)
 		}
 		t, ok := pending[id]
 		if !ok {
 			var err error
 			if t, err = s.loadTip(id); err != nil {
-				return err
+				return nil, err
 			}
 			ids = append(ids, id)
 		}
 		if r.Seq != t.seq+1 {
-			return fmt.Errorf("%w: session %s record %d, expected %d", store.ErrConflict, id, r.Seq, t.seq+1)
+			return nil, fmt.Errorf("%w: session %s record %d, expected %d", store.ErrConflict, id, r.Seq, t.seq+1)
 		}
 		v, hash, err := record.Encode(r, t.hash)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := b.Set(histKey(id, r.Seq), v, nil); err != nil {
-			return err
+			return nil, err
 		}
 		r.PrevHash, r.Hash = t.hash, hash
 		infos[id] = record.InfoOf(r)
@@ -65,26 +137,33 @@ func (s *Store) Append(ctx context.Context, recs []session.Record) error {
 	for _, id := range ids {
 		v, err := record.EncodeIndex(infos[id])
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := b.Set(indexKey(id), v, nil); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if b.Len() > maxBatchBytes {
-		return fmt.Errorf("pebblestore: batch of %d bytes exceeds %d", b.Len(), maxBatchBytes)
-	}
-	if err := s.commit(b); err != nil {
-		return err
+		return nil, fmt.Errorf("pebblestore: batch of %d bytes exceeds %d", b.Len(), maxBatchBytes)
 	}
 	for _, id := range ids {
 		if infos[id].Status.Terminal() {
-			delete(s.tips, id)
-		} else {
-			s.tips[id] = pending[id]
+			pending[id] = tip{} // ended: takes no more records
 		}
 	}
-	return nil
+	return pending, nil
+}
+
+// advance records the tips of a committed (or queued) batch; the caller
+// holds wmu.
+func (s *Store) advance(pending map[string]tip) {
+	for id, t := range pending {
+		if t.hash == nil {
+			delete(s.tips, id)
+		} else {
+			s.tips[id] = t
+		}
+	}
 }
 
 // loadTip returns a session's last seq and hash (0 and ZeroHash for a new
