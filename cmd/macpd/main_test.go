@@ -26,6 +26,7 @@ var macpVars = []string{
 	"MACP_BIND_ADDR", "MACP_DATA_DIR", "MACP_MEMORY_ONLY", "MACP_ALLOW_INSECURE", "MACP_TLS_CERT_PATH",
 	"MACP_TLS_KEY_PATH", "MACP_MAX_PAYLOAD_BYTES", "MACP_MAX_TTL_MS", "MACP_MAX_PARTICIPANTS",
 	"MACP_MAX_OPEN_SESSIONS", "MACP_START_SKEW_MS", "MACP_LOG_LEVEL", "MACP_LOG_FORMAT", "MACP_SHUTDOWN_GRACE_MS",
+	"MACP_ADMIN_ADDR", "MACP_ADMIN_PPROF",
 }
 
 // cleanEnv neutralizes the caller's MACP_* environment (empty = unset for
@@ -86,6 +87,14 @@ func TestCheckConfig(t *testing.T) {
 	if err := run([]string{"--check-config", "--log-level", "warn"}, &stderr); err != nil {
 		t.Fatalf("flag override: %v", err)
 	}
+	// The admin endpoint's address is checked like the gRPC one.
+	cleanEnv(t, "MACP_ALLOW_INSECURE", "1", "MACP_ADMIN_ADDR", "9090")
+	if err := run([]string{"--check-config"}, &stderr); err == nil || !strings.Contains(err.Error(), "MACP_ADMIN_ADDR") {
+		t.Fatalf("bad MACP_ADMIN_ADDR: %v", err)
+	}
+	if err := run([]string{"--check-config", "--admin-addr", "127.0.0.1:9090", "--admin-pprof"}, &stderr); err != nil {
+		t.Fatalf("--admin-addr: %v", err)
+	}
 }
 
 func TestFlagErrorsAndHelp(t *testing.T) {
@@ -98,7 +107,7 @@ func TestFlagErrorsAndHelp(t *testing.T) {
 	if err := run([]string{"-h"}, &stderr); err != nil {
 		t.Fatalf("-h: %v", err)
 	}
-	for _, s := range []string{"-addr", "-insecure", "-tls-cert", "-check-config", "MACP_BIND_ADDR"} {
+	for _, s := range []string{"-addr", "-insecure", "-tls-cert", "-check-config", "MACP_BIND_ADDR", "-admin-addr", "-admin-pprof"} {
 		if !strings.Contains(stderr.String(), s) {
 			t.Errorf("usage lacks %s", s)
 		}

@@ -1,6 +1,7 @@
 // Package app wires a Config into a running macpd: store, mode registry,
-// runtime, authentication and the gRPC server. cmd/macpd is a thin wrapper
-// around it, and end-to-end tests start an App on 127.0.0.1:0.
+// runtime, authentication, the gRPC server, the metrics registry and the
+// optional admin HTTP endpoint (internal/admin). cmd/macpd is a thin
+// wrapper around it, and end-to-end tests start an App on 127.0.0.1:0.
 package app
 
 import (
@@ -11,6 +12,8 @@ import (
 	"net"
 	"sync"
 
+	"github.com/macpd/macpd/internal/admin"
+	"github.com/macpd/macpd/internal/admin/grpcmetrics"
 	"github.com/macpd/macpd/internal/auth"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/mode"
@@ -28,6 +31,8 @@ import (
 	"github.com/macpd/macpd/internal/store/memstore"
 	"github.com/macpd/macpd/internal/store/pebblestore"
 	"github.com/macpd/macpd/internal/tlsconf"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 )
@@ -47,6 +52,11 @@ type App struct {
 	lis    net.Listener
 	served chan error
 	once   sync.Once
+
+	metrics    *prometheus.Registry
+	admin      *admin.Server // nil unless cfg.AdminAddr is set
+	adminLis   net.Listener
+	adminServe chan struct{} // closed when the admin Serve returns
 }
 
 // BuiltinModes returns the registry of modes this build ships.
@@ -116,7 +126,7 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &App{cfg: cfg, log: log, store: st, rt: rt, served: make(chan error, 1)}
+	a := &App{cfg: cfg, log: log, store: st, rt: rt, served: make(chan error, 1), metrics: newRegistry()}
 	svc := server.New(rt, authn, server.Options{
 		Info: server.Info{
 			Name:        "macpd",
@@ -134,7 +144,16 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 		Limits:          serverLimits(cfg), // limits.go
 		Logger:          log,
 	})
-	var opts []grpc.ServerOption
+	// gRPC metrics outermost: grpc-go runs the interceptor set with
+	// grpc.UnaryInterceptor / grpc.StreamInterceptor before the chained
+	// ones of server.NewGRPCServer (authentication, limits), so calls
+	// those reject are counted too.
+	gm := grpcmetrics.New()
+	a.metrics.MustRegister(gm)
+	opts := []grpc.ServerOption{
+		grpc.UnaryInterceptor(gm.UnaryServerInterceptor),
+		grpc.StreamInterceptor(gm.StreamServerInterceptor),
+	}
 	if cfg.TLSCertPath != "" {
 		// TLS 1.2+, optional client certificates, reloaded on change.
 		tc, err := tlsconf.FromConfig(cfg, log)
@@ -147,7 +166,21 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 	}
 	a.svc = svc
 	a.grpc, a.health = svc.NewGRPCServer(opts...)
+	if cfg.AdminAddr != "" {
+		a.admin = admin.New(cfg, a.metrics, log)
+	}
 	return a, nil
+}
+
+// newRegistry is the App's metrics registry with the Go runtime and
+// process collectors (go_*, process_*).
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return reg
 }
 
 // endpointURI is the advertised gRPC endpoint (manifest transport_endpoints).
@@ -174,6 +207,26 @@ func (a *App) Start(ctx context.Context) error {
 		a.rt.Close()
 		return fmt.Errorf("listening on %s: %w", a.cfg.BindAddr, err)
 	}
+	if a.admin != nil {
+		al, err := net.Listen("tcp", a.cfg.AdminAddr)
+		if err != nil {
+			lis.Close()
+			a.rt.Close()
+			return fmt.Errorf("listening on %s (MACP_ADMIN_ADDR): %w", a.cfg.AdminAddr, err)
+		}
+		a.adminLis, a.adminServe = al, make(chan struct{})
+		go func() {
+			defer close(a.adminServe)
+			if err := a.admin.Serve(al); err != nil {
+				a.log.Error("admin endpoint stopped", "addr", al.Addr().String(), "err", err)
+			}
+		}()
+		a.log.Info("admin listening", "addr", al.Addr().String(), "pprof", a.cfg.AdminPprof)
+		if !admin.Loopback(al.Addr()) {
+			a.log.Warn("the admin endpoint is plaintext and unauthenticated and listens on a non-loopback address; "+
+				"make sure only trusted hosts can reach it (MACP_ADMIN_ADDR)", "addr", al.Addr().String(), "pprof", a.cfg.AdminPprof)
+		}
+	}
 	a.lis = lis
 	lis = server.LimitListener(lis, a.cfg.Limits.MaxConnections) // MACP_MAX_CONNECTIONS
 	go func() { a.served <- a.grpc.Serve(lis) }()
@@ -189,6 +242,20 @@ func (a *App) Start(ctx context.Context) error {
 // Addr is the bound listen address.
 func (a *App) Addr() string { return a.lis.Addr().String() }
 
+// AdminAddr is the bound admin endpoint address, "" when it is off
+// (MACP_ADMIN_ADDR unset) or not started.
+func (a *App) AdminAddr() string {
+	if a.adminLis == nil {
+		return ""
+	}
+	return a.adminLis.Addr().String()
+}
+
+// Metrics is the registry the admin endpoint's /metrics serves (Go runtime,
+// process and gRPC server metrics). Other packages may register their
+// collectors on it; it exists whether or not the admin endpoint is on.
+func (a *App) Metrics() *prometheus.Registry { return a.metrics }
+
 // Runtime exposes the runtime (tests, tools).
 func (a *App) Runtime() *runtime.Runtime { return a.rt }
 
@@ -196,7 +263,8 @@ func (a *App) Runtime() *runtime.Runtime { return a.rt }
 func (a *App) Served() <-chan error { return a.served }
 
 // Shutdown stops accepting calls, lets in-flight calls finish until ctx
-// ends, then stops the runtime and closes the store.
+// ends, stops the admin endpoint (it serves metrics and liveness while the
+// gRPC calls drain), then stops the runtime and closes the store.
 func (a *App) Shutdown(ctx context.Context) error {
 	var err error
 	a.once.Do(func() {
@@ -209,6 +277,12 @@ func (a *App) Shutdown(ctx context.Context) error {
 		case <-stopped:
 		case <-ctx.Done():
 			a.grpc.Stop()
+		}
+		if a.adminLis != nil {
+			if aerr := a.admin.Shutdown(ctx); aerr != nil {
+				a.log.Warn("admin endpoint: requests cut short by shutdown", "err", aerr)
+			}
+			<-a.adminServe
 		}
 		a.rt.Close()
 		err = a.store.Close()

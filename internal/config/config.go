@@ -56,6 +56,15 @@ type Config struct {
 	StreamHeartbeat time.Duration
 	// ShutdownGrace bounds graceful shutdown (MACP_SHUTDOWN_GRACE_MS).
 	ShutdownGrace time.Duration
+	// AdminAddr is the listen address of the admin HTTP endpoint
+	// (/metrics, /healthz and, with AdminPprof, /debug/pprof/), "" = off
+	// (MACP_ADMIN_ADDR). It is plaintext and unauthenticated: bind it to
+	// loopback or a private interface.
+	AdminAddr string
+	// AdminPprof mounts the Go profiler (/debug/pprof/) on the admin
+	// endpoint (MACP_ADMIN_PPROF). Profiles expose the process's
+	// internals; it has no effect without AdminAddr.
+	AdminPprof bool
 	// Auth holds the authentication settings (static tokens, JWT, client
 	// certificates) and the plaintext / dev-identity switches (auth.go).
 	Auth AuthConfig
@@ -90,6 +99,13 @@ func (c *Config) Validate() error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if _, _, err := net.SplitHostPort(c.BindAddr); err != nil {
 		bad("MACP_BIND_ADDR (--addr) %q: %v", c.BindAddr, err)
+	}
+	if c.AdminAddr != "" {
+		if _, port, err := net.SplitHostPort(c.AdminAddr); err != nil {
+			bad("MACP_ADMIN_ADDR (--admin-addr) %q: %v", c.AdminAddr, err)
+		} else if c.AdminAddr == c.BindAddr && port != "0" {
+			bad("MACP_ADMIN_ADDR (--admin-addr) %q must differ from MACP_BIND_ADDR (--addr)", c.AdminAddr)
+		}
 	}
 	if !c.MemoryOnly && c.DataDir == "" {
 		bad("MACP_DATA_DIR (--data-dir) must be set unless MACP_MEMORY_ONLY (--memory-only) is on")
@@ -224,6 +240,8 @@ func (c *Config) FromEnv(lookup Env) error {
 	str("MACP_LOG_FORMAT", &c.LogFormat)
 	millis("MACP_SHUTDOWN_GRACE_MS", &c.ShutdownGrace)
 	millis("MACP_STREAM_HEARTBEAT_MS", &c.StreamHeartbeat)
+	str("MACP_ADMIN_ADDR", &c.AdminAddr)
+	boolean("MACP_ADMIN_PPROF", &c.AdminPprof)
 	errs = append(errs, c.authFromEnv(lookup)...)
 	errs = append(errs, c.limitsFromEnv(lookup)...)
 	return errors.Join(errs...)
@@ -260,6 +278,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json (MACP_LOG_FORMAT)")
 	fs.DurationVar(&c.StreamHeartbeat, "stream-heartbeat", c.StreamHeartbeat, "heartbeat Signal interval on idle StreamSession streams, 0 = none (MACP_STREAM_HEARTBEAT_MS)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "graceful shutdown timeout (MACP_SHUTDOWN_GRACE_MS)")
+	fs.StringVar(&c.AdminAddr, "admin-addr", c.AdminAddr, "admin HTTP listen address for /metrics and /healthz, empty = off; plaintext and unauthenticated, bind it to loopback or a private interface (MACP_ADMIN_ADDR)")
+	fs.BoolVar(&c.AdminPprof, "admin-pprof", c.AdminPprof, "serve the Go profiler under /debug/pprof/ on the admin endpoint; exposes process internals (MACP_ADMIN_PPROF)")
 	c.registerAuthFlags(fs)
 	c.registerLimitFlags(fs)
 }

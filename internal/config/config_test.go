@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"flag"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +43,9 @@ func TestDefault(t *testing.T) {
 	if c.AllowInsecure || c.TLSCertPath != "" || c.TLSKeyPath != "" || c.MaxOpenSessions != 0 {
 		t.Fatalf("security or quota on by default: %+v", c)
 	}
+	if c.AdminAddr != "" || c.AdminPprof {
+		t.Fatalf("admin endpoint or profiler on by default: %+v", c)
+	}
 	c.AllowInsecure = true
 	if err := c.Validate(); err != nil {
 		t.Fatalf("defaults + insecure: %v", err)
@@ -68,6 +72,8 @@ func TestFromEnvEveryVariable(t *testing.T) {
 		"MACP_LOG_FORMAT":          "json",
 		"MACP_SHUTDOWN_GRACE_MS":   "2500",
 		"MACP_STREAM_HEARTBEAT_MS": "0",
+		"MACP_ADMIN_ADDR":          "127.0.0.1:9090",
+		"MACP_ADMIN_PPROF":         "1",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -78,6 +84,7 @@ func TestFromEnvEveryVariable(t *testing.T) {
 		MaxPayloadBytes: 2048, MaxTTL: time.Minute, MaxParticipants: 7, MaxOpenSessions: 3,
 		StartSkew: 0, LogLevel: "debug", LogFormat: "json", ShutdownGrace: 2500 * time.Millisecond,
 		StreamHeartbeat: 0, EvictAfter: 5 * time.Minute, Limits: DefaultLimits(),
+		AdminAddr: "127.0.0.1:9090", AdminPprof: true,
 	}
 	if c != want {
 		t.Fatalf("FromEnv\n got %+v\nwant %+v", c, want)
@@ -122,6 +129,7 @@ func TestFromEnvBadValues(t *testing.T) {
 		"MACP_MAX_OPEN_SESSIONS": "1.5",
 		"MACP_START_SKEW_MS":     "5m",
 		"MACP_SHUTDOWN_GRACE_MS": "-",
+		"MACP_ADMIN_PPROF":       "sometimes",
 	}
 	c := Default()
 	err := c.FromEnv(env(bad))
@@ -166,7 +174,7 @@ func TestFlagsOverrideEnv(t *testing.T) {
 	c := Default()
 	if err := c.FromEnv(env(map[string]string{
 		"MACP_BIND_ADDR": "0.0.0.0:7000", "MACP_ALLOW_INSECURE": "1", "MACP_MAX_TTL_MS": "60000",
-		"MACP_LOG_LEVEL": "debug", "MACP_MAX_PARTICIPANTS": "9",
+		"MACP_LOG_LEVEL": "debug", "MACP_MAX_PARTICIPANTS": "9", "MACP_ADMIN_ADDR": "127.0.0.1:9090",
 	})); err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +182,8 @@ func TestFlagsOverrideEnv(t *testing.T) {
 	c.RegisterFlags(fs)
 	if err := fs.Parse([]string{"--addr", "127.0.0.1:7001", "--insecure=false", "--max-ttl", "2h",
 		"--tls-cert", "c.pem", "--tls-key", "k.pem", "--max-payload-bytes", "100", "--max-open-sessions", "4",
-		"--start-skew", "0s", "--log-format", "json", "--shutdown-grace", "1s", "--memory-only=true", "--data-dir", "d"}); err != nil {
+		"--start-skew", "0s", "--log-format", "json", "--shutdown-grace", "1s", "--memory-only=true", "--data-dir", "d",
+		"--admin-addr", "10.0.0.5:9100", "--admin-pprof"}); err != nil {
 		t.Fatal(err)
 	}
 	want := Config{
@@ -182,7 +191,7 @@ func TestFlagsOverrideEnv(t *testing.T) {
 		TLSCertPath: "c.pem", TLSKeyPath: "k.pem", MaxPayloadBytes: 100, MaxTTL: 2 * time.Hour,
 		MaxParticipants: 9, MaxOpenSessions: 4, StartSkew: 0, LogLevel: "debug", LogFormat: "json",
 		ShutdownGrace: time.Second, StreamHeartbeat: 100 * time.Millisecond, EvictAfter: 5 * time.Minute,
-		Limits: DefaultLimits(),
+		Limits: DefaultLimits(), AdminAddr: "10.0.0.5:9100", AdminPprof: true,
 	}
 	if c != want {
 		t.Fatalf("after flags\n got %+v\nwant %+v", c, want)
@@ -234,6 +243,7 @@ func TestValidateListsAllProblems(t *testing.T) {
 		ShutdownGrace:   -time.Second,
 		LogLevel:        "verbose",
 		LogFormat:       "xml",
+		AdminAddr:       "9090",
 	}
 	err := c.Validate()
 	if err == nil {
@@ -242,16 +252,16 @@ func TestValidateListsAllProblems(t *testing.T) {
 	for _, s := range []string{
 		"MACP_BIND_ADDR", "MACP_DATA_DIR", "MACP_TLS_KEY_PATH", "MACP_MAX_PAYLOAD_BYTES", "MACP_MAX_TTL_MS",
 		"MACP_MAX_PARTICIPANTS", "MACP_MAX_OPEN_SESSIONS", "MACP_START_SKEW_MS", "MACP_SHUTDOWN_GRACE_MS",
-		"MACP_LOG_LEVEL", "MACP_LOG_FORMAT",
-		`"localhost"`, `"verbose"`, `"xml"`,
+		"MACP_LOG_LEVEL", "MACP_LOG_FORMAT", "MACP_ADMIN_ADDR",
+		`"localhost"`, `"verbose"`, `"xml"`, `"9090"`,
 	} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error does not mention %s:\n%v", s, err)
 		}
 	}
 	var joined interface{ Unwrap() []error }
-	if !errors.As(err, &joined) || len(joined.Unwrap()) != 11 {
-		t.Errorf("want 11 separate problems, got:\n%v", err)
+	if !errors.As(err, &joined) || len(joined.Unwrap()) != 12 {
+		t.Errorf("want 12 separate problems, got:\n%v", err)
 	}
 }
 
@@ -273,6 +283,10 @@ func TestValidateBounds(t *testing.T) {
 		"skew unchecked":   func(c *Config) { c.StartSkew = 0 },
 		"no grace":         func(c *Config) { c.ShutdownGrace = 0 },
 		"warn/json":        func(c *Config) { c.LogLevel, c.LogFormat = "warn", "json" },
+		"admin loopback":   func(c *Config) { c.AdminAddr = "127.0.0.1:9090" },
+		"admin port 0":     func(c *Config) { c.AdminAddr, c.BindAddr = "127.0.0.1:0", "127.0.0.1:0" },
+		"admin ipv6":       func(c *Config) { c.AdminAddr = "[::1]:9090" },
+		"admin pprof":      func(c *Config) { c.AdminAddr, c.AdminPprof = "localhost:9090", true },
 	} {
 		if err := ok(mut); err != nil {
 			t.Errorf("%s: %v", name, err)
@@ -282,6 +296,7 @@ func TestValidateBounds(t *testing.T) {
 		"payload over 64 MiB": func(c *Config) { c.MaxPayloadBytes = 64<<20 + 1 },
 		"ttl under 1ms":       func(c *Config) { c.MaxTTL = time.Microsecond },
 		"no port":             func(c *Config) { c.BindAddr = "127.0.0.1" },
+		"admin no port":       func(c *Config) { c.AdminAddr = "127.0.0.1" },
 	} {
 		if err := ok(mut); err == nil {
 			t.Errorf("%s validated", name)
@@ -294,5 +309,30 @@ func TestFromEnvIntegerOutOfRange(t *testing.T) {
 	err := c.FromEnv(env(map[string]string{"MACP_MAX_PAYLOAD_BYTES": "99999999999999999999"}))
 	if err == nil || !strings.Contains(err.Error(), "MACP_MAX_PAYLOAD_BYTES") || !strings.Contains(err.Error(), "out of range") {
 		t.Fatalf("err %v", err)
+	}
+}
+
+// MACP_ADMIN_ADDR is optional ("" = no admin endpoint); when set it must be
+// a host:port other than the gRPC address.
+func TestValidateAdminAddr(t *testing.T) {
+	for _, addr := range []string{"localhost", "127.0.0.1", "127.0.0.1:9090:1", "[::1", "::1:9090"} {
+		c := Default()
+		c.AllowInsecure = true
+		c.AdminAddr = addr
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), "MACP_ADMIN_ADDR (--admin-addr) "+strconv.Quote(addr)) {
+			t.Errorf("AdminAddr %q: %v", addr, err)
+		}
+	}
+	c := Default()
+	c.AllowInsecure = true
+	c.AdminAddr = c.BindAddr
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "must differ from MACP_BIND_ADDR") {
+		t.Errorf("AdminAddr = BindAddr: %v", err)
+	}
+	c.AdminAddr = ""
+	c.AdminPprof = true // no effect without an address, not an error
+	if err := c.Validate(); err != nil {
+		t.Errorf("AdminAddr empty: %v", err)
 	}
 }

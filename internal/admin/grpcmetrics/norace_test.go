@@ -1,0 +1,5 @@
+//go:build !race
+
+package grpcmetrics
+
+const raceEnabled = false
