@@ -29,6 +29,14 @@ func histKey(id string, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(histStart(id), seq)
 }
 
+// appendHistKey appends histKey(id, seq) to dst.
+func appendHistKey(dst []byte, id string, seq uint64) []byte {
+	dst = append(dst, histPrefix...)
+	dst = append(dst, id...)
+	dst = append(dst, 0)
+	return binary.BigEndian.AppendUint64(dst, seq)
+}
+
 // histEnd bounds a session's records from above: h/<id> 0x01.
 func histEnd(id string) []byte {
 	k := histStart(id)

@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/macpd/macpd/internal/store"
+	"github.com/macpd/macpd/internal/store/record"
 )
 
 // Options configure Open. The zero value is the production configuration.
@@ -66,11 +67,13 @@ type Store struct {
 	// Open, except terminal ones (they take no more records); others are
 	// loaded from the index on demand.
 	tips map[string]tip
+	// scratch is Append's reusable working memory (guarded by wmu).
+	scratch appendScratch
 }
 
 type tip struct {
 	seq  uint64
-	hash []byte
+	hash [record.HashSize]byte
 }
 
 var _ store.Store = (*Store)(nil)
@@ -170,7 +173,7 @@ func Open(dir string, o Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
 	}
-	s := &Store{dir: dir, db: db, log: log, readOnly: o.ReadOnly, fail: fail, tips: make(map[string]tip)}
+	s := &Store{dir: dir, db: db, log: log, readOnly: o.ReadOnly, fail: fail, tips: make(map[string]tip), scratch: appendScratch{pos: make(map[string]int)}}
 	if err := s.checkFormat(); err != nil {
 		_ = s.closeDB()
 		return nil, err

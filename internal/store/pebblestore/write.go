@@ -32,14 +32,13 @@ func (s *Store) Append(ctx context.Context, recs []session.Record) error {
 	}
 	b := s.db.NewBatch()
 	defer b.Close()
-	pending, err := s.prepare(b, recs)
-	if err != nil {
+	if err := s.prepare(b, recs); err != nil {
 		return err
 	}
 	if err := s.commit(b); err != nil {
 		return err
 	}
-	s.advance(pending)
+	s.advance()
 	return nil
 }
 
@@ -69,7 +68,7 @@ func (s *Store) AppendAsync(ctx context.Context, recs []session.Record) (func() 
 		return nil, err
 	}
 	b := s.db.NewBatch()
-	pending, err := s.prepare(b, recs)
+	err := s.prepare(b, recs)
 	if err == nil {
 		if err = s.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
 			s.fail.set(err)
@@ -80,7 +79,7 @@ func (s *Store) AppendAsync(ctx context.Context, recs []session.Record) (func() 
 			s.leave()
 			return nil, err
 		}
-		s.advance(pending)
+		s.advance()
 	}
 	s.wmu.Unlock()
 	if err != nil {
@@ -101,69 +100,90 @@ func (s *Store) AppendAsync(ctx context.Context, recs []session.Record) (func() 
 }
 
 // prepare validates recs against the session tips and writes them, with
-// their index updates, into b; the caller holds wmu. It returns the new
-// tips, for advance once b is committed.
-func (s *Store) prepare(b *pebble.Batch, recs []session.Record) (map[string]tip, error) {
-	pending := make(map[string]tip)
-	var ids []string // in first-seen order
-	infos := make(map[string]store.SessionInfo)
+// their index updates, into b; the caller holds wmu. The new tips are left
+// in s.scratch for advance once b is committed (or queued).
+func (s *Store) prepare(b *pebble.Batch, recs []session.Record) error {
+	sc := &s.scratch
+	clear(sc.pos)
+	clear(sc.sess) // drop references to earlier callers' records
+	sc.sess = sc.sess[:0]
 	for _, r := range recs {
 		id := r.SessionID
-		if !store.ValidSessionID(id) {
-			return nil, fmt.Errorf("%w: session id %q", store.ErrInvalid, id)
-		}
-		t, ok := pending[id]
+		p, ok := sc.pos[id]
 		if !ok {
-			var err error
-			if t, err = s.loadTip(id); err != nil {
-				return nil, err
+			if !store.ValidSessionID(id) {
+				return fmt.Errorf("%w: session id %q", store.ErrInvalid, id)
 			}
-			ids = append(ids, id)
+			t, err := s.loadTip(id)
+			if err != nil {
+				return err
+			}
+			p = len(sc.sess)
+			sc.pos[id] = p
+			sc.sess = append(sc.sess, pendingTip{tip: t})
 		}
-		if r.Seq != t.seq+1 {
-			return nil, fmt.Errorf("%w: session %s record %d, expected %d", store.ErrConflict, id, r.Seq, t.seq+1)
+		ps := &sc.sess[p]
+		if r.Seq != ps.tip.seq+1 {
+			return fmt.Errorf("%w: session %s record %d, expected %d", store.ErrConflict, id, r.Seq, ps.tip.seq+1)
 		}
-		v, hash, err := record.Encode(r, t.hash)
+		v, err := record.EncodeTo(sc.value, r, ps.tip.hash[:])
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if err := b.Set(histKey(id, r.Seq), v, nil); err != nil {
-			return nil, err
+		sc.value = v
+		sc.key = appendHistKey(sc.key[:0], id, r.Seq)
+		if err := b.Set(sc.key, v, nil); err != nil { // Set copies key and value
+			return err
 		}
-		r.PrevHash, r.Hash = t.hash, hash
-		infos[id] = record.InfoOf(r)
-		pending[id] = tip{r.Seq, hash}
+		ps.tip.seq = r.Seq
+		copy(ps.tip.hash[:], v[len(v)-record.HashSize:])
+		ps.last = r
 	}
-	for _, id := range ids {
-		v, err := record.EncodeIndex(infos[id])
+	for i := range sc.sess {
+		ps := &sc.sess[i]
+		last := ps.last
+		last.Hash = ps.tip.hash[:]
+		v, err := record.EncodeIndexTo(sc.index, record.InfoOf(last))
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if err := b.Set(indexKey(id), v, nil); err != nil {
-			return nil, err
+		sc.index = v
+		sc.key = append(append(sc.key[:0], indexPrefix...), last.SessionID...)
+		if err := b.Set(sc.key, v, nil); err != nil {
+			return err
 		}
 	}
 	if b.Len() > maxBatchBytes {
-		return nil, fmt.Errorf("pebblestore: batch of %d bytes exceeds %d", b.Len(), maxBatchBytes)
+		return fmt.Errorf("pebblestore: batch of %d bytes exceeds %d", b.Len(), maxBatchBytes)
 	}
-	for _, id := range ids {
-		if infos[id].Status.Terminal() {
-			pending[id] = tip{} // ended: takes no more records
-		}
-	}
-	return pending, nil
+	return nil
 }
 
-// advance records the tips of a committed (or queued) batch; the caller
-// holds wmu.
-func (s *Store) advance(pending map[string]tip) {
-	for id, t := range pending {
-		if t.hash == nil {
-			delete(s.tips, id)
+// advance records the tips left in s.scratch by prepare, once its batch
+// is committed (or queued); the caller holds wmu. A session that ended
+// takes no more records: its tip is dropped.
+func (s *Store) advance() {
+	for i := range s.scratch.sess {
+		ps := &s.scratch.sess[i]
+		if ps.last.Status.Terminal() {
+			delete(s.tips, ps.last.SessionID)
 		} else {
-			s.tips[id] = t
+			s.tips[ps.last.SessionID] = ps.tip
 		}
 	}
+}
+
+// appendScratch is prepare's reusable working memory (guarded by wmu).
+type appendScratch struct {
+	pos               map[string]int // session id -> index in sess
+	sess              []pendingTip   // sessions of the batch, first-seen order
+	key, value, index []byte
+}
+
+// pendingTip is one session's tip after the records prepared so far.
+type pendingTip struct {
+	tip  tip
+	last session.Record
 }
 
 // loadTip returns a session's last seq and hash (0 and ZeroHash for a new
@@ -181,11 +201,16 @@ func (s *Store) loadTip(id string) (tip, error) {
 	info, err := s.checkedIndex(s.db, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return tip{hash: store.ZeroHash}, nil
+		return tip{}, nil // seq 0, and the zero hash (store.ZeroHash)
 	case err != nil:
 		return tip{}, s.corruptedLocked(id, err)
 	}
-	return tip{info.LastSeq, info.LastHash}, nil
+	if len(info.LastHash) != record.HashSize {
+		return tip{}, s.corruptedLocked(id, record.Corruptf(id, info.LastSeq, "last hash has %d bytes", len(info.LastHash)))
+	}
+	t := tip{seq: info.LastSeq}
+	copy(t.hash[:], info.LastHash)
+	return t, nil
 }
 
 // Purge implements store.Store.

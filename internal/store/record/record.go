@@ -51,6 +51,8 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
+	"hash"
+	"sync"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -94,25 +96,31 @@ func Corruptf(sessionID string, seq uint64, format string, args ...any) error {
 // toProto converts rec without its hashes. It shares rec's envelope and
 // final metadata (read only).
 func toProto(rec session.Record) *storev1.Record {
-	pb := &storev1.Record{
-		SessionId:    rec.SessionID,
-		Seq:          rec.Seq,
-		Kind:         storev1.RecordKind(rec.Kind),
-		AcceptedAtMs: rec.AcceptedAtMs,
-		Envelope:     rec.Envelope,
-		Status:       rec.Status.Proto(),
-		Final:        rec.Final,
-	}
+	pb := &storev1.Record{}
+	fillProto(pb, rec)
 	if rec.Start != nil {
-		p := rec.Start.Policy
-		pb.Start = &storev1.StartInfo{
-			Policy: &storev1.PolicyDescriptor{
-				Id: p.ID, Mode: p.Mode, Description: p.Description, Rules: p.Rules, SchemaVersion: p.SchemaVersion,
-			},
-			DeadlineMs: rec.Start.DeadlineMs,
-		}
+		pb.Start = &storev1.StartInfo{}
+		fillStart(pb.Start, &storev1.PolicyDescriptor{}, rec.Start)
 	}
 	return pb
+}
+
+// fillProto sets pb's fields from rec, except Start.
+func fillProto(pb *storev1.Record, rec session.Record) {
+	pb.SessionId = rec.SessionID
+	pb.Seq = rec.Seq
+	pb.Kind = storev1.RecordKind(rec.Kind)
+	pb.AcceptedAtMs = rec.AcceptedAtMs
+	pb.Envelope = rec.Envelope
+	pb.Status = rec.Status.Proto()
+	pb.Final = rec.Final
+}
+
+func fillStart(st *storev1.StartInfo, pol *storev1.PolicyDescriptor, si *session.StartInfo) {
+	p := si.Policy
+	pol.Id, pol.Mode, pol.Description, pol.Rules, pol.SchemaVersion = p.ID, p.Mode, p.Description, p.Rules, p.SchemaVersion
+	st.Policy = pol
+	st.DeadlineMs = si.DeadlineMs
 }
 
 // fromProto converts a decoded record (without hashes).
@@ -160,31 +168,64 @@ func HashOf(prev []byte, rec session.Record) ([]byte, error) {
 }
 
 func sum(prev, body []byte) []byte {
-	h := sha256.New()
+	var h [HashSize]byte
+	sumInto(&h, prev, body)
+	return h[:]
+}
+
+// digests recycles SHA-256 states: records are hashed on the append path.
+var digests = sync.Pool{New: func() any { return sha256.New() }}
+
+func sumInto(dst *[HashSize]byte, prev, body []byte) {
+	h := digests.Get().(hash.Hash)
+	h.Reset()
 	h.Write(prev)
 	h.Write(body)
-	return h.Sum(make([]byte, 0, HashSize))
+	h.Sum(dst[:0])
+	digests.Put(h)
 }
 
 // Encode returns the stored value of rec chained after prev (the previous
 // record's Hash, or store.ZeroHash for Seq 1) and rec's Hash. rec.Hash and
 // rec.PrevHash are ignored.
 func Encode(rec session.Record, prev []byte) (value, hash []byte, err error) {
-	if len(prev) != HashSize {
-		return nil, nil, fmt.Errorf("record: previous hash has %d bytes, want %d", len(prev), HashSize)
-	}
-	pb := toProto(rec)
-	size := deterministic.Size(pb)
-	value, err = deterministic.MarshalAppend(make([]byte, 0, size+TrailerSize), pb)
+	value, err = EncodeTo(nil, rec, prev)
 	if err != nil {
-		return nil, nil, fmt.Errorf("record: encoding session %s record %d: %w", rec.SessionID, rec.Seq, err)
+		return nil, nil, err
 	}
-	hash = sum(prev, value)
+	return value, value[len(value)-HashSize:], nil
+}
+
+// EncodeTo is Encode reusing dst's capacity: it returns the stored value
+// of rec in dst[:0] (or a larger new slice); rec's Hash is the value's last
+// HashSize bytes.
+func EncodeTo(dst []byte, rec session.Record, prev []byte) ([]byte, error) {
+	if len(prev) != HashSize {
+		return nil, fmt.Errorf("record: previous hash has %d bytes, want %d", len(prev), HashSize)
+	}
+	var pb storev1.Record
+	fillProto(&pb, rec)
+	var start storev1.StartInfo
+	var pol storev1.PolicyDescriptor
+	if rec.Start != nil {
+		fillStart(&start, &pol, rec.Start)
+		pb.Start = &start
+	}
+	size := deterministic.Size(&pb)
+	value := dst[:0]
+	if cap(value) < size+TrailerSize {
+		value = make([]byte, 0, size+TrailerSize)
+	}
+	value, err := deterministic.MarshalAppend(value, &pb)
+	if err != nil {
+		return nil, fmt.Errorf("record: encoding session %s record %d: %w", rec.SessionID, rec.Seq, err)
+	}
+	var h [HashSize]byte
+	sumInto(&h, prev, value)
 	value = append(value, tagPrev, HashSize)
 	value = append(value, prev...)
 	value = append(value, tagHash, HashSize)
-	value = append(value, hash...)
-	return value, hash, nil
+	return append(value, h[:]...), nil
 }
 
 // Decode parses a stored value, checks its self hash and returns the record
@@ -269,7 +310,12 @@ func InfoOf(last session.Record) store.SessionInfo {
 
 // EncodeIndex returns the stored index entry for info.
 func EncodeIndex(info store.SessionInfo) ([]byte, error) {
-	return deterministic.Marshal(&storev1.SessionIndex{
+	return EncodeIndexTo(nil, info)
+}
+
+// EncodeIndexTo is EncodeIndex reusing dst's capacity.
+func EncodeIndexTo(dst []byte, info store.SessionInfo) ([]byte, error) {
+	return deterministic.MarshalAppend(dst[:0], &storev1.SessionIndex{
 		SessionId:      info.SessionID,
 		LastSeq:        info.LastSeq,
 		Status:         info.Status.Proto(),

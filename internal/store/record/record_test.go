@@ -202,3 +202,25 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// EncodeTo with a reused buffer produces exactly Encode's bytes and hash,
+// whatever the buffer held before.
+func TestEncodeToReusesBuffer(t *testing.T) {
+	var buf []byte
+	prev := store.ZeroHash
+	for i, r := range []session.Record{startRec(), expireRec(2), startRec(), expireRec(9)} {
+		want, wantHash, err := record.Encode(r, prev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := record.EncodeTo(buf, r, prev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) || !bytes.Equal(got[len(got)-record.HashSize:], wantHash) {
+			t.Fatalf("record %d: EncodeTo differs from Encode", i)
+		}
+		buf = got
+		prev = wantHash
+	}
+}
