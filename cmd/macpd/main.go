@@ -14,6 +14,7 @@ import (
 
 	"github.com/macpd/macpd/internal/app"
 	"github.com/macpd/macpd/internal/config"
+	"github.com/macpd/macpd/internal/gctune"
 )
 
 func main() {
@@ -51,6 +52,7 @@ func run(args []string, stderr io.Writer) error {
 		return nil
 	}
 	log := app.NewLogger(cfg, stderr)
+	gctune.Apply(cfg.GCPercent, cfg.MemoryLimit, gctune.OS, log)
 	a, err := app.New(cfg, log)
 	if err != nil {
 		return err

@@ -65,6 +65,13 @@ type Config struct {
 	// endpoint (MACP_ADMIN_PPROF). Profiles expose the process's
 	// internals; it has no effect without AdminAddr.
 	AdminPprof bool
+	// GCPercent is the Go collector's GC percent for the macpd process
+	// (MACP_GC_PERCENT); the GOGC environment variable, when set, wins.
+	GCPercent int
+	// MemoryLimit is the Go runtime's soft memory limit in bytes, 0 =
+	// automatic: 90% of the cgroup memory limit, if any
+	// (MACP_MEMORY_LIMIT_BYTES); GOMEMLIMIT, when set, wins.
+	MemoryLimit int64
 	// Auth holds the authentication settings (static tokens, JWT, client
 	// certificates) and the plaintext / dev-identity switches (auth.go).
 	Auth AuthConfig
@@ -88,6 +95,7 @@ func Default() Config {
 		ShutdownGrace:   10 * time.Second,
 		StreamHeartbeat: 100 * time.Millisecond,
 		EvictAfter:      5 * time.Minute,
+		GCPercent:       200,
 		Limits:          DefaultLimits(),
 	}
 }
@@ -154,6 +162,12 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("no transport security configured: set MACP_TLS_CERT_PATH and MACP_TLS_KEY_PATH, "+
 			"or for local development set MACP_ALLOW_PLAINTEXT=1 (--allow-plaintext) to serve plaintext, "+
 			"or MACP_ALLOW_INSECURE=1 (--insecure) to serve plaintext with dev bearer identities"))
+	}
+	if c.GCPercent < 10 || c.GCPercent > 10000 {
+		bad("MACP_GC_PERCENT (--gc-percent) %d must be between 10 and 10000", c.GCPercent)
+	}
+	if c.MemoryLimit < 0 {
+		bad("MACP_MEMORY_LIMIT_BYTES (--memory-limit) %d must not be negative (0 = automatic)", c.MemoryLimit)
 	}
 	errs = append(errs, c.validateAuth()...)
 	errs = append(errs, c.validateLimits()...)
@@ -242,6 +256,15 @@ func (c *Config) FromEnv(lookup Env) error {
 	millis("MACP_STREAM_HEARTBEAT_MS", &c.StreamHeartbeat)
 	str("MACP_ADMIN_ADDR", &c.AdminAddr)
 	boolean("MACP_ADMIN_PPROF", &c.AdminPprof)
+	integer("MACP_GC_PERCENT", &c.GCPercent)
+	if v, ok := lookup("MACP_MEMORY_LIMIT_BYTES"); ok && v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("MACP_MEMORY_LIMIT_BYTES: %q is not a number of bytes", v))
+		} else {
+			c.MemoryLimit = n
+		}
+	}
 	errs = append(errs, c.authFromEnv(lookup)...)
 	errs = append(errs, c.limitsFromEnv(lookup)...)
 	return errors.Join(errs...)
@@ -280,6 +303,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "graceful shutdown timeout (MACP_SHUTDOWN_GRACE_MS)")
 	fs.StringVar(&c.AdminAddr, "admin-addr", c.AdminAddr, "admin HTTP listen address for /metrics and /healthz, empty = off; plaintext and unauthenticated, bind it to loopback or a private interface (MACP_ADMIN_ADDR)")
 	fs.BoolVar(&c.AdminPprof, "admin-pprof", c.AdminPprof, "serve the Go profiler under /debug/pprof/ on the admin endpoint; exposes process internals (MACP_ADMIN_PPROF)")
+	fs.IntVar(&c.GCPercent, "gc-percent", c.GCPercent, "Go GC percent of the process; GOGC wins when set (MACP_GC_PERCENT)")
+	fs.Int64Var(&c.MemoryLimit, "memory-limit", c.MemoryLimit, "Go soft memory limit in bytes, 0 = 90% of the cgroup limit if any; GOMEMLIMIT wins when set (MACP_MEMORY_LIMIT_BYTES)")
 	c.registerAuthFlags(fs)
 	c.registerLimitFlags(fs)
 }

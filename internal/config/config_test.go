@@ -35,6 +35,7 @@ func TestDefault(t *testing.T) {
 		ShutdownGrace:   10 * time.Second,
 		StreamHeartbeat: 100 * time.Millisecond,
 		EvictAfter:      5 * time.Minute,
+		GCPercent:       200,
 		Limits:          DefaultLimits(),
 	}
 	if c != want {
@@ -74,6 +75,8 @@ func TestFromEnvEveryVariable(t *testing.T) {
 		"MACP_STREAM_HEARTBEAT_MS": "0",
 		"MACP_ADMIN_ADDR":          "127.0.0.1:9090",
 		"MACP_ADMIN_PPROF":         "1",
+		"MACP_GC_PERCENT":          "150",
+		"MACP_MEMORY_LIMIT_BYTES":  "1073741824",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +87,7 @@ func TestFromEnvEveryVariable(t *testing.T) {
 		MaxPayloadBytes: 2048, MaxTTL: time.Minute, MaxParticipants: 7, MaxOpenSessions: 3,
 		StartSkew: 0, LogLevel: "debug", LogFormat: "json", ShutdownGrace: 2500 * time.Millisecond,
 		StreamHeartbeat: 0, EvictAfter: 5 * time.Minute, Limits: DefaultLimits(),
-		AdminAddr: "127.0.0.1:9090", AdminPprof: true,
+		AdminAddr: "127.0.0.1:9090", AdminPprof: true, GCPercent: 150, MemoryLimit: 1 << 30,
 	}
 	if c != want {
 		t.Fatalf("FromEnv\n got %+v\nwant %+v", c, want)
@@ -183,7 +186,7 @@ func TestFlagsOverrideEnv(t *testing.T) {
 	if err := fs.Parse([]string{"--addr", "127.0.0.1:7001", "--insecure=false", "--max-ttl", "2h",
 		"--tls-cert", "c.pem", "--tls-key", "k.pem", "--max-payload-bytes", "100", "--max-open-sessions", "4",
 		"--start-skew", "0s", "--log-format", "json", "--shutdown-grace", "1s", "--memory-only=true", "--data-dir", "d",
-		"--admin-addr", "10.0.0.5:9100", "--admin-pprof"}); err != nil {
+		"--admin-addr", "10.0.0.5:9100", "--admin-pprof", "--gc-percent", "300", "--memory-limit", "2048"}); err != nil {
 		t.Fatal(err)
 	}
 	want := Config{
@@ -191,7 +194,7 @@ func TestFlagsOverrideEnv(t *testing.T) {
 		TLSCertPath: "c.pem", TLSKeyPath: "k.pem", MaxPayloadBytes: 100, MaxTTL: 2 * time.Hour,
 		MaxParticipants: 9, MaxOpenSessions: 4, StartSkew: 0, LogLevel: "debug", LogFormat: "json",
 		ShutdownGrace: time.Second, StreamHeartbeat: 100 * time.Millisecond, EvictAfter: 5 * time.Minute,
-		Limits: DefaultLimits(), AdminAddr: "10.0.0.5:9100", AdminPprof: true,
+		Limits: DefaultLimits(), AdminAddr: "10.0.0.5:9100", AdminPprof: true, GCPercent: 300, MemoryLimit: 2048,
 	}
 	if c != want {
 		t.Fatalf("after flags\n got %+v\nwant %+v", c, want)
@@ -244,6 +247,7 @@ func TestValidateListsAllProblems(t *testing.T) {
 		LogLevel:        "verbose",
 		LogFormat:       "xml",
 		AdminAddr:       "9090",
+		MemoryLimit:     -1,
 	}
 	err := c.Validate()
 	if err == nil {
@@ -252,7 +256,7 @@ func TestValidateListsAllProblems(t *testing.T) {
 	for _, s := range []string{
 		"MACP_BIND_ADDR", "MACP_DATA_DIR", "MACP_TLS_KEY_PATH", "MACP_MAX_PAYLOAD_BYTES", "MACP_MAX_TTL_MS",
 		"MACP_MAX_PARTICIPANTS", "MACP_MAX_OPEN_SESSIONS", "MACP_START_SKEW_MS", "MACP_SHUTDOWN_GRACE_MS",
-		"MACP_LOG_LEVEL", "MACP_LOG_FORMAT", "MACP_ADMIN_ADDR",
+		"MACP_LOG_LEVEL", "MACP_LOG_FORMAT", "MACP_ADMIN_ADDR", "MACP_GC_PERCENT", "MACP_MEMORY_LIMIT_BYTES",
 		`"localhost"`, `"verbose"`, `"xml"`, `"9090"`,
 	} {
 		if !strings.Contains(err.Error(), s) {
@@ -260,8 +264,8 @@ func TestValidateListsAllProblems(t *testing.T) {
 		}
 	}
 	var joined interface{ Unwrap() []error }
-	if !errors.As(err, &joined) || len(joined.Unwrap()) != 12 {
-		t.Errorf("want 12 separate problems, got:\n%v", err)
+	if !errors.As(err, &joined) || len(joined.Unwrap()) != 14 {
+		t.Errorf("want 14 separate problems, got:\n%v", err)
 	}
 }
 
