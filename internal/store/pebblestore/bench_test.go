@@ -80,3 +80,39 @@ func BenchmarkReplay10k(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "records/s")
 }
+
+// BenchmarkInfoUnknown: Info and LastSeq for session ids that are not
+// stored (every new SessionStart asks whether its id is taken), on a store
+// holding 20,000 sessions of 10 records each, some flushed to sstables.
+func BenchmarkInfoUnknown(b *testing.B) {
+	s := mustOpen(b, b.TempDir(), pebblestore.Options{})
+	defer s.Close()
+	payload := bytes.Repeat([]byte{'p'}, 256)
+	var batch []session.Record
+	for i := range 20_000 {
+		id := fmt.Sprintf("7c9e6679-7425-40de-944b-%012d", i)
+		for seq := uint64(1); seq <= 10; seq++ {
+			r := rec(id, seq, int64(seq))
+			r.Envelope.Payload = payload
+			batch = append(batch, r)
+		}
+		if len(batch) >= 1000 {
+			if err := s.Append(ctx, batch); err != nil {
+				b.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	for name, probe := range map[string]func(string) error{
+		"Info":    func(id string) error { _, err := s.Info(ctx, id); return err },
+		"LastSeq": func(id string) error { _, err := s.LastSeq(ctx, id); return err },
+	} {
+		b.Run(name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if err := probe(fmt.Sprintf("0e4f1c2a-1111-4aaa-8bbb-%012d", i)); err == nil {
+					b.Fatal("unknown session found")
+				}
+			}
+		})
+	}
+}
