@@ -3,6 +3,8 @@ package runtime
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync/atomic"
 
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/session"
@@ -12,88 +14,315 @@ import (
 // Following a session (RFC-MACP-0006 §3.2 passive subscribe, and the
 // output side of an active StreamSession): a follower receives the
 // session's records with Seq > after, in order, with no gap and no
-// duplicate, first from the store (catch-up) and then live from the
-// committer, and ends after the terminal record.
+// duplicate, only once they are durable, first from the store (catch-up)
+// and then live from the session's shared tail, and ends after the
+// terminal record (ErrFollowEnded), when its ctx ends or when the runtime
+// stops.
 //
-// Hand-over contract: the committer publishes durable records to
-// followers under owner.durableMu right after advancing durableSeq. A
-// follower reads the store until it has everything up to some point, then,
-// under durableMu, registers only if durableSeq < next (nothing durable is
-// missing); otherwise it reads the store again. So every record with
-// Seq >= next is either read from the store or published after
-// registration, and records it already has are skipped by sequence
-// number. Catch-up reads stop at durableSeq: the store can be ahead of it
-// (a batch being synced is already readable in Pebble; a synced one is
-// not yet answered), and nothing is delivered before it is durable.
+// Shared tail: while a session has followers, its owner keeps a ring of
+// its most recent durable records (owner.tail, followTail; bounded in
+// records and in bytes, see followTailMin/Max and followTailMaxBytes).
+// The completer, in answeredWith (under owner.durableMu, right after
+// advancing durableSeq), stores each answered request's records in the
+// ring, publishes the new end and pokes the tail's relay goroutine with a
+// non-blocking send; the relay wakes every waiting follower at once by
+// closing a channel and replacing it. That is all the committer does for
+// followers: O(records) per request whatever the number of followers, no
+// per-follower state, and it never waits for a follower. Each follower
+// keeps its own cursor (next) and reads the ring itself, lock-free
+// (atomic loads), on its own goroutine.
 //
-// Slow followers: a follower's live queue is bounded. When it is full the
-// committer drops the follower from the live list instead of blocking;
-// the follower then catches up from the store and registers again. No
-// record is ever skipped, and the committer never waits for a consumer.
+// Hand-over contract: a follower registers (owner.followers, under
+// durableMu) before its first store read. Every record answered after that
+// goes into the ring; every record answered before is at or below
+// durableSeq from then on. A store pass reads from next up to o.durable()
+// taken when the pass starts; then the follower reads the ring from next
+// on. A slot holds record s only if the record's Seq is s. If the slot for
+// next holds another record or none (overwritten: the follower is a whole
+// ring behind; trimmed by the byte budget; or never written: the ring
+// restarted after a rebuild), the follower reads the store again, up to
+// the new durableSeq, and returns to the ring. So every record with Seq >=
+// next comes from the store or the ring, a record already delivered is
+// skipped by sequence number, and a gap is an error, never a silent skip.
+// Store reads stop at durableSeq: the store can be ahead of it (a batch
+// being synced is already readable in Pebble; a synced one is not yet
+// answered), and nothing is delivered before it is durable.
+//
+// The ring holds only durable records: answeredWith runs only for
+// requests whose append succeeded. After a failed append the owner is
+// rebuilt from the store (heal, a new epoch): the records that failed were
+// never in the ring, the rebuilt session continues from the last durable
+// record, and a durable sequence number names one record only, so a slot
+// filled before the rebuild is still right. (Should a rebuild ever find
+// more records stored than were answered, durableSeq moves past the ring's
+// end without an append; followers there read those records from the
+// store when the next record is appended, which restarts the ring.)
+//
+// Slow followers: a follower's speed never affects the committer or the
+// other followers. Memory per session is the ring (at most followTailMax
+// pointers and followTailMaxBytes of records) whatever the number of
+// followers, plus the record each follower is delivering. A follower that
+// fell out of the ring catches up from the store.
 
-// followerQueue bounds a follower's live queue.
-const followerQueue = 256
+// The tail's ring starts with followTailMin slots and doubles, up to
+// followTailMax, when a follower finds itself more than half a ring behind
+// (or fell out of it): sessions whose followers keep up stay small, and a
+// burst that followers absorb late is served from memory instead of the
+// store. Powers of two (slot = Seq & (len-1)).
+const (
+	followTailMin = 1024
+	followTailMax = 16384
+)
 
-type follower struct {
-	c       chan session.Record
-	dropped chan struct{} // closed when the committer dropped the follower
+// followTailMaxBytes bounds the records in a session's shared tail by
+// size: followTailOverhead per record plus its payload. Large envelopes
+// shorten the window instead of pinning up to followTailMax of them. The
+// newest request's records always stay.
+const (
+	followTailMaxBytes = 8 << 20
+	followTailOverhead = 256
+)
+
+// followTail is a session's ring of recent durable records, shared by its
+// followers (see the contract above).
+type followTail struct {
+	// Set while active (the session has followers); written by the
+	// completer, read by followers without locks.
+	ring     atomic.Pointer[tailRing]
+	end      atomic.Uint64                 // Seq of the newest record; 0: none yet
+	wake     atomic.Pointer[chan struct{}] // closed and replaced by the relay
+	wantGrow atomic.Bool                   // a follower is more than half a ring behind
+
+	// Completer only (under owner.durableMu).
+	start  uint64        // Seq of the oldest record held, if end >= start
+	bytes  int           // recordCost of the records held
+	notify chan struct{} // pokes the relay (buffered, never blocks)
+	quit   chan struct{} // ends the relay (last follower gone)
+}
+
+// tailRing holds record s in slots[s&mask]. A slot whose record has
+// another Seq (or none) does not hold s.
+type tailRing struct {
+	slots []atomic.Pointer[session.Record]
+	mask  uint64
+}
+
+func newTailRing(size int) *tailRing {
+	return &tailRing{slots: make([]atomic.Pointer[session.Record], size), mask: uint64(size - 1)}
+}
+
+// get returns record seq if the ring holds it.
+func (r *tailRing) get(seq uint64) *session.Record {
+	if p := r.slots[seq&r.mask].Load(); p != nil && p.Seq == seq {
+		return p
+	}
+	return nil
+}
+
+// recordCost is what a record counts against followTailMaxBytes.
+func recordCost(rec *session.Record) int {
+	return followTailOverhead + len(rec.Envelope.GetPayload())
+}
+
+// activate starts an empty tail and its relay (first follower); the
+// caller holds owner.durableMu.
+func (t *followTail) activate(stop <-chan struct{}) {
+	t.ring.Store(newTailRing(followTailMin))
+	t.end.Store(0)
+	t.wantGrow.Store(false)
+	t.start, t.bytes = 1, 0
+	w := make(chan struct{})
+	t.wake.Store(&w)
+	t.notify, t.quit = make(chan struct{}, 1), make(chan struct{})
+	go t.relay(t.notify, t.quit, stop)
+}
+
+// deactivate drops the tail (last follower gone), so it pins no records;
+// the caller holds owner.durableMu.
+func (t *followTail) deactivate() {
+	close(t.quit)
+	t.ring.Store(nil)
+	t.notify, t.quit = nil, nil
+	t.bytes = 0
+}
+
+// relay wakes the followers when the completer pokes it, so the cost of
+// waking many goroutines is never the committer's; pokes that arrive
+// while it is busy are coalesced. On runtime stop it wakes them a last
+// time (they see the stop) and ends.
+func (t *followTail) relay(notify, quit, stop <-chan struct{}) {
+	for {
+		select {
+		case <-notify:
+			t.broadcast()
+		case <-quit:
+			return
+		case <-stop:
+			t.broadcast()
+			return
+		}
+	}
+}
+
+// broadcast wakes every follower waiting on the tail.
+func (t *followTail) broadcast() {
+	w := make(chan struct{})
+	close(*t.wake.Swap(&w))
+}
+
+// append adds durable records (consecutive sequence numbers) and pokes the
+// relay. Called only by the completer (so in commit order) with
+// owner.durableMu held; O(len(recs)) whatever the number of followers
+// (plus, at most log2(followTailMax/followTailMin) times per activation,
+// copying the window into a larger ring).
+func (t *followTail) append(recs []session.Record) {
+	ring := t.ring.Load()
+	if ring == nil {
+		return
+	}
+	if t.wantGrow.Load() {
+		ring = t.grow(ring)
+	}
+	recs = slices.Clone(recs) // the ring's own copy, never modified
+	for i := range recs {
+		rec := &recs[i]
+		switch end := t.end.Load(); {
+		case end == 0 || rec.Seq != end+1:
+			// The first record, or not the next one (the session was
+			// rebuilt from the store): start over. Followers that need
+			// the records in between do not find them and use the store.
+			t.trim(ring, end+1)
+			t.start = rec.Seq
+		case rec.Seq-t.start >= uint64(len(ring.slots)):
+			t.trim(ring, t.start+1) // the ring is full: the oldest goes
+		}
+		ring.slots[rec.Seq&ring.mask].Store(rec)
+		t.bytes += recordCost(rec)
+		t.end.Store(rec.Seq)
+	}
+	// Over the byte budget: drop the oldest, but keep this request's
+	// records (a follower at the head needs them).
+	for t.bytes > followTailMaxBytes && t.start < recs[0].Seq {
+		t.trim(ring, t.start+1)
+	}
+	select {
+	case t.notify <- struct{}{}:
+	default: // a poke is pending: the relay will see these records too
+	}
+}
+
+// grow doubles the ring (up to followTailMax) with the same records. The
+// new ring is published before any record is written to it only, so a
+// follower that loads the ring after end finds every record up to end
+// that is still held.
+func (t *followTail) grow(ring *tailRing) *tailRing {
+	t.wantGrow.Store(false)
+	if len(ring.slots) >= followTailMax {
+		return ring
+	}
+	bigger := newTailRing(2 * len(ring.slots))
+	for s, end := t.start, t.end.Load(); s <= end; s++ {
+		bigger.slots[s&bigger.mask].Store(ring.get(s))
+	}
+	t.ring.Store(bigger)
+	return bigger
+}
+
+// trim forgets the records before seq, clearing their slots so they are
+// not pinned (a follower that finds a slot empty uses the store).
+func (t *followTail) trim(ring *tailRing, seq uint64) {
+	for end := t.end.Load(); t.start < seq && t.start <= end; t.start++ {
+		if p := ring.get(t.start); p != nil {
+			t.bytes -= recordCost(p)
+			ring.slots[t.start&ring.mask].Store(nil)
+		}
+	}
+	t.start = max(t.start, seq)
 }
 
 // answeredWith is answered for a request whose records became durable:
-// durableSeq advances and the records are published to live followers.
+// durableSeq advances and, while the session has followers, the records
+// join the shared tail and the followers are woken.
 func (o *owner) answeredWith(recs []session.Record) {
 	o.durableMu.Lock()
 	o.durableSeq = recs[len(recs)-1].Seq
 	o.pending--
 	close(o.durableCh)
 	o.durableCh = make(chan struct{})
-	if len(o.followers) > 0 {
-		kept := o.followers[:0]
-		for _, f := range o.followers {
-			if offerAll(f.c, recs) {
-				kept = append(kept, f)
-			} else {
-				close(f.dropped)
-			}
-		}
-		clear(o.followers[len(kept):])
-		o.followers = kept
+	if o.followers > 0 {
+		o.tail.append(recs)
 	}
 	o.durableMu.Unlock()
 }
 
-// offerAll queues recs without blocking; false if the queue filled up.
-func offerAll(c chan session.Record, recs []session.Record) bool {
-	for _, rec := range recs {
+// addFollower registers a follower: from now on every record made durable
+// joins the tail.
+func (o *owner) addFollower(stop <-chan struct{}) {
+	o.durableMu.Lock()
+	defer o.durableMu.Unlock()
+	if o.followers == 0 {
+		o.tail.activate(stop)
+	}
+	o.followers++
+}
+
+func (o *owner) removeFollower() {
+	o.durableMu.Lock()
+	defer o.durableMu.Unlock()
+	o.followers--
+	if o.followers == 0 {
+		o.tail.deactivate()
+	}
+}
+
+// followTail delivers records from the shared tail from next on until
+// next has left it (nil: catch up from the store), the session ends, ctx
+// ends (done is closed), the runtime stops, or deliver fails.
+func (r *Runtime) followTail(ctx context.Context, o *owner, cursor func() uint64, done <-chan struct{}, deliver func(session.Record) error) error {
+	t := &o.tail
+	for {
+		// wake, then end, then ring: a record appended after this load
+		// of end closes this wake (the relay swaps it after the append),
+		// and so does a runtime stop seen after it; the ring is at least
+		// as new as the one every record up to end was written to.
+		wake := t.wake.Load()
+		end := t.end.Load()
+		ring := t.ring.Load()
+		if next := cursor(); next <= end && end-next >= uint64(len(ring.slots)/2) && !t.wantGrow.Load() {
+			t.wantGrow.Store(true) // more than half a ring behind
+		}
+		for next := cursor(); next <= end; next = cursor() {
+			p := ring.get(next)
+			if p == nil {
+				// Overwritten, trimmed or never there: use the store.
+				t.wantGrow.Store(true)
+				return nil
+			}
+			if err := deliver(*p); err != nil {
+				return err
+			}
+		}
+		if closed(done) {
+			return ctx.Err()
+		}
+		if closed(r.stop) {
+			return coord.Errorf(coord.CodeInternalError, "runtime is shutting down")
+		}
 		select {
-		case c <- rec:
-		default:
-			return false
+		case <-*wake:
+		case <-done:
+			return ctx.Err()
 		}
 	}
-	return true
 }
 
-// register adds f as a live follower if every durable record before next
-// has been delivered; otherwise it reports false (read the store again).
-func (o *owner) register(f *follower, next uint64) bool {
-	o.durableMu.Lock()
-	defer o.durableMu.Unlock()
-	if o.durableSeq >= next {
+// closed reports whether ch is closed (single-case: no channel lock).
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
 		return false
-	}
-	o.followers = append(o.followers, f)
-	return true
-}
-
-func (o *owner) unregister(f *follower) {
-	o.durableMu.Lock()
-	defer o.durableMu.Unlock()
-	for i, g := range o.followers {
-		if g == f {
-			o.followers = append(o.followers[:i], o.followers[i+1:]...)
-			return
-		}
 	}
 }
 
@@ -180,7 +409,7 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 	next := after + 1
 	deliver := func(rec session.Record) error {
 		if rec.Seq < next {
-			return nil // already delivered (store and live overlap)
+			return nil // already delivered (store and tail overlap)
 		}
 		if rec.Seq > next {
 			return coord.Errorf(coord.CodeInternalError, "session %s: follower expected record %d, got %d", sessionID, next, rec.Seq)
@@ -194,12 +423,22 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 		}
 		return nil
 	}
+	// Registered before the first store read: every record made durable
+	// from now on joins the tail; every earlier one is at or below the
+	// limit of the store pass below.
+	o.addFollower(r.stop)
+	defer o.removeFollower()
+	// done is this follower's own: waiting on ctx.Done(), possibly shared
+	// by many followers, would make them contend for its lock.
+	done := make(chan struct{})
+	defer context.AfterFunc(ctx, func() { close(done) })()
+	cursor := func() uint64 { return next }
 	for {
 		// Catch up from the store, but only with durable records: a store
 		// may show a batch before its sync completed (Pebble makes a
 		// batch visible before its WAL sync returns), and a record that
 		// is not yet durable must not reach anyone. Later records come
-		// live, or from the next pass.
+		// from the tail, or from the next pass.
 		limit := o.durable()
 		err := r.store.Read(ctx, sessionID, next, func(rec session.Record) error {
 			if rec.Seq > limit {
@@ -212,50 +451,19 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 		default:
 			return err
 		}
-		// Go live if nothing durable is missing.
-		f := &follower{c: make(chan session.Record, followerQueue), dropped: make(chan struct{})}
-		if !o.register(f, next) {
-			continue
+		if next <= limit {
+			// Durable records are stored; never spin on a store that
+			// lost them (or a session purged meanwhile).
+			return coord.Errorf(coord.CodeInternalError, "session %s: durable record %d is not in the store", sessionID, next)
 		}
-		err = r.followLive(ctx, o, f, deliver)
-		o.unregister(f)
-		if err != nil {
+		// Live from the shared tail, until the follower falls out of it.
+		if err := r.followTail(ctx, o, cursor, done, deliver); err != nil {
 			return err
 		}
-		// Dropped for falling behind: catch up from the store again.
 	}
 }
 
 var errStopRead = errors.New("stop")
-
-// followLive delivers live records until the follower is dropped (nil),
-// the session ends, ctx ends or deliver fails.
-func (r *Runtime) followLive(ctx context.Context, o *owner, f *follower, deliver func(session.Record) error) error {
-	for {
-		select {
-		case rec := <-f.c:
-			if err := deliver(rec); err != nil {
-				return err
-			}
-		case <-f.dropped:
-			// Deliver what was queued before the drop, then catch up.
-			for {
-				select {
-				case rec := <-f.c:
-					if err := deliver(rec); err != nil {
-						return err
-					}
-				default:
-					return nil
-				}
-			}
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-r.stop:
-			return coord.Errorf(coord.CodeInternalError, "runtime is shutting down")
-		}
-	}
-}
 
 // LastSeq returns the sequence number of the session's last durable record.
 func (r *Runtime) LastSeq(sessionID string) (uint64, bool) {

@@ -272,7 +272,7 @@ func (r *Runtime) evictIdle() {
 		idle := o.sess != nil && o.sess.Status.Terminal() && o.sess.ClosedAtMs < cutoff && o.broken.Load() == 0
 		if idle {
 			o.durableMu.Lock()
-			idle = o.pending == 0 && len(o.followers) == 0 && o.durableSeq == o.sess.Seq
+			idle = o.pending == 0 && o.followers == 0 && o.durableSeq == o.sess.Seq
 			o.durableMu.Unlock()
 		}
 		if idle {

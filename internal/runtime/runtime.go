@@ -129,7 +129,8 @@ type owner struct {
 	durableSeq uint64
 	pending    int           // commit requests queued and not yet answered
 	durableCh  chan struct{} // closed and replaced when durableSeq or pending changes
-	followers  []*follower   // live session subscribers (see follow.go); guarded by durableMu
+	followers  int           // registered followers (follow.go); guarded by durableMu
+	tail       followTail    // recent durable records, shared by the followers (follow.go)
 }
 
 // durable returns the sequence number of the session's last durable record.

@@ -55,10 +55,11 @@ const (
 // checksum of their message ids), or the benchmark fails. In the
 // "stalled" case the subscribers' clients do not read until every Send
 // was acked: during an untimed warm-up of 3,000 envelopes their 64 KiB
-// windows fill, the server's sends block and the runtime drops their
-// followers; the timed phase shows acceptance with 1000 stalled
-// subscribers attached, and deliver-ns/msg their catch-up (from the
-// store) once the clients read, per message.
+// windows fill, the server's sends block and their followers stop reading
+// the session's shared tail (they fall out of it); the timed phase shows
+// acceptance with 1000 stalled subscribers attached, and deliver-ns/msg
+// their catch-up (from the store, then the tail) once the clients read,
+// per message.
 //
 //	go test ./internal/server -run '^$' -bench BenchmarkStreamFanout -benchtime 2000x -count 3
 func BenchmarkStreamFanout(b *testing.B) {
@@ -185,9 +186,9 @@ func benchStreamFanout(b *testing.B, subs int, stalled bool) {
 
 	// An untimed warm-up, delivered before timing starts, so every case
 	// starts warm. Stalled subscribers fill their buffers during it
-	// (client window, server write quota, stream queue, live follower
-	// queue: ~1,100 envelopes of this size), so the timed phase measures
-	// acceptance once the runtime dropped them.
+	// (client window, server write quota, stream queue: ~850 envelopes of
+	// this size), so the timed phase measures acceptance once they no
+	// longer read.
 	warmup := 200
 	if stalled {
 		warmup = stalledWarmup
