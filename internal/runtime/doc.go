@@ -39,7 +39,9 @@
 // forgetting a session whose SessionStart was not stored) run on the
 // commit's outcome, not on the caller's context.
 //
-// Goroutines: the committer and its completer, the TTL timer loop, one short-lived worker per
+// Goroutines: the committer and its completer, one relay per followed
+// session (it wakes the session's followers after each commit; it ends with
+// the last follower), the TTL timer loop, one short-lived worker per
 // fired deadline (Close waits for them), and one per subscriber stream
 // (owned by the transport). Lock order: owner.mu before Runtime.mu (a new
 // owner is locked before it is published in the map). Never hold an owner
