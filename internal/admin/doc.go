@@ -8,10 +8,13 @@
 //	                    MACP_ADMIN_PPROF (--admin-pprof) is on
 //
 // Other paths are 404, other methods on /metrics and /healthz 405. In
-// macpd the registry holds the Go runtime (go_*), process (process_*) and
-// gRPC server (macpd_grpc_*, package grpcmetrics) collectors and
-// promhttp's own promhttp_metric_handler_*; app.App.Metrics returns it
-// for further collectors.
+// macpd the registry holds the Go runtime (go_*), process (process_*),
+// gRPC server (macpd_grpc_*, package grpcmetrics), runtime (macpd_commit_*,
+// macpd_sessions_*, macpd_followers, macpd_store_append_seconds; package
+// runtime's Metrics) and, with the durable store, Pebble (macpd_store_*,
+// pebblestore.Store.Collector) collectors and promhttp's own
+// promhttp_metric_handler_*; app.App.Metrics returns it for further
+// collectors.
 //
 // The endpoint is plaintext and unauthenticated, so it belongs on loopback
 // or a private interface; metrics are harmless, but profiles and goroutine

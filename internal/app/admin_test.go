@@ -44,8 +44,16 @@ func (s *syncBuffer) String() string {
 // admin endpoint on 127.0.0.1:0.
 func startAdminApp(t *testing.T, pprof bool) (*app.App, macpv1.MACPRuntimeServiceClient, *syncBuffer) {
 	t.Helper()
+	return startAdminAppIn(t, pprof, "")
+}
+
+// startAdminAppIn is startAdminApp with the durable store in dataDir, or
+// in memory if dataDir is "".
+func startAdminAppIn(t *testing.T, pprof bool, dataDir string) (*app.App, macpv1.MACPRuntimeServiceClient, *syncBuffer) {
+	t.Helper()
 	cfg := config.Default()
-	cfg.MemoryOnly = true
+	cfg.MemoryOnly = dataDir == ""
+	cfg.DataDir = dataDir
 	cfg.BindAddr = "127.0.0.1:0"
 	cfg.AllowInsecure = true
 	cfg.AdminAddr = "127.0.0.1:0"
@@ -233,4 +241,64 @@ func TestAdminAddrInUse(t *testing.T) {
 		t.Fatalf("gRPC address not released: %v", err)
 	}
 	l.Close()
+}
+
+// A durable App's /metrics has the store (Pebble) and runtime metrics,
+// and they count a committed session start; an in-memory App has the
+// runtime metrics but no store ones.
+func TestAdminStoreAndRuntimeMetrics(t *testing.T) {
+	a, c, _ := startAdminAppIn(t, false, t.TempDir())
+	base := "http://" + a.AdminAddr()
+	start := &macpv1.Envelope{MacpVersion: "1.0", Mode: "macp.mode.decision.v1", MessageType: "SessionStart", MessageId: "m0",
+		SessionId: "7c6d1a1e-5f43-4e0b-9a57-7f3f6a0a8c11", TimestampUnixMs: time.Now().UnixMilli(), Payload: mustMarshal(t, &macpv1.SessionStartPayload{
+			Participants: []string{"alice"}, ModeVersion: "1.0.0", ConfigurationVersion: "c", TtlMs: 60000})}
+	if r, err := c.Send(as("coord"), &macpv1.SendRequest{Envelope: start}); err != nil || !r.Ack.Ok {
+		t.Fatalf("start: %v %v", r, err)
+	}
+	code, body := httpGet(t, base+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d", code)
+	}
+	for _, re := range []string{
+		`macpd_commit_groups_total 1`,
+		`macpd_commit_records_total 1`,
+		`macpd_commit_failures_total 0`,
+		`macpd_commit_group_requests_count 1`,
+		`macpd_commit_group_requests_sum 1`,
+		`macpd_store_append_seconds_count 1`,
+		`macpd_sessions_resident\{state="open"\} 1`,
+		`macpd_sessions_resident\{state="terminal"\} 0`,
+		`macpd_sessions_quarantined 0`,
+		`macpd_followers 0`,
+		// The format marker's sync at Open and the start's.
+		`macpd_store_wal_fsync_duration_seconds_count [2-9]`,
+		`macpd_store_wal_fsync_duration_seconds_bucket\{le="0.0001"\} \d+`,
+		`macpd_store_wal_fsync_duration_seconds_bucket\{le="\+Inf"\} [2-9]`,
+		`macpd_store_wal_bytes_written_total [1-9]\d*(\.\d+)?(e\+\d+)?`,
+		`macpd_store_memtable_size_bytes [1-9].*`,
+		`macpd_store_memtables 1`,
+		`macpd_store_l0_files 0`,
+		`macpd_store_l0_sublevels 0`,
+		`macpd_store_compaction_debt_bytes 0`,
+		`macpd_store_compactions_total 0`,
+		`macpd_store_flushes_total 0`,
+		`macpd_store_block_cache_size_bytes \d+`,
+		`macpd_store_block_cache_hits_total \d+`,
+		`macpd_store_block_cache_misses_total \d+`,
+		`macpd_store_disk_usage_bytes [1-9].*`,
+		`macpd_store_write_stalls_total 0`,
+	} {
+		if !regexp.MustCompile("(?m)^" + re + "$").MatchString(body) {
+			t.Errorf("/metrics has no line matching %s", re)
+		}
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", body)
+	}
+
+	m, _, _ := startAdminApp(t, false)
+	_, body = httpGet(t, "http://"+m.AdminAddr()+"/metrics")
+	if !strings.Contains(body, "\nmacpd_commit_groups_total 0\n") || strings.Contains(body, "macpd_store_wal") {
+		t.Errorf("in-memory App: want runtime metrics and no store ones:\n%s", body)
+	}
 }

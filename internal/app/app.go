@@ -91,6 +91,7 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	var st store.Store
+	reg := newRegistry()
 	defer func() {
 		if err != nil && st != nil {
 			_ = st.Close() // release the data directory's lock
@@ -104,7 +105,10 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 			return nil, fmt.Errorf("opening the store in %s: %w", cfg.DataDir, err)
 		}
 		st = ps
+		reg.MustRegister(ps.Collector()) // macpd_store_*
 	}
+	rm := runtime.NewMetrics() // macpd_commit_*, macpd_sessions_*, ...
+	reg.MustRegister(rm)
 	lim := session.Limits{
 		MaxTTLMs:        cfg.MaxTTL.Milliseconds(),
 		MaxParticipants: cfg.MaxParticipants,
@@ -119,6 +123,7 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 		Retention:                   cfg.Retention,
 		EvictAfter:                  cfg.EvictAfter,
 		Logger:                      log,
+		Metrics:                     rm,
 	})
 	// Authenticators in chain order (JWT, static tokens, client
 	// certificate, dev identities last); see auth.FromConfig.
@@ -126,7 +131,7 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &App{cfg: cfg, log: log, store: st, rt: rt, served: make(chan error, 1), metrics: newRegistry()}
+	a := &App{cfg: cfg, log: log, store: st, rt: rt, served: make(chan error, 1), metrics: reg}
 	svc := server.New(rt, authn, server.Options{
 		Info: server.Info{
 			Name:        "macpd",
@@ -252,8 +257,9 @@ func (a *App) AdminAddr() string {
 }
 
 // Metrics is the registry the admin endpoint's /metrics serves (Go runtime,
-// process and gRPC server metrics). Other packages may register their
-// collectors on it; it exists whether or not the admin endpoint is on.
+// process, gRPC server, runtime and, with Pebble, store metrics). Other
+// packages may register their collectors on it; it exists whether or not
+// the admin endpoint is on.
 func (a *App) Metrics() *prometheus.Registry { return a.metrics }
 
 // Runtime exposes the runtime (tests, tools).

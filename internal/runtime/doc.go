@@ -39,6 +39,10 @@
 // forgetting a session whose SessionStart was not stored) run on the
 // commit's outcome, not on the caller's context.
 //
+// Metrics (Options.Metrics, metrics.go; nil = off) are counted per group
+// by the completer once the group's outcome is known, with atomics only;
+// the session and follower gauges are read at scrape time.
+//
 // Goroutines: the committer and its completer, one relay per followed
 // session (it wakes the session's followers after each commit; it ends with
 // the last follower), the TTL timer loop, one short-lived worker per

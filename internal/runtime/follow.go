@@ -428,6 +428,8 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 	// limit of the store pass below.
 	o.addFollower(r.stop)
 	defer o.removeFollower()
+	r.followers.Add(1)
+	defer r.followers.Add(-1)
 	// done is this follower's own: waiting on ctx.Done(), possibly shared
 	// by many followers, would make them contend for its lock.
 	done := make(chan struct{})

@@ -109,6 +109,7 @@ func (r *Runtime) adopt(s *session.Session) *owner {
 	r.sessions[s.ID] = o
 	if s.Status == session.Open {
 		r.openBy[s.Binding.Initiator]++
+		r.openTotal++
 		r.timers.add(s.ID, s.DeadlineMs)
 	}
 	return o

@@ -49,6 +49,9 @@ type Options struct {
 	// Now is the clock; defaults to time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
+	// Metrics, if set, counts commits and exports session gauges
+	// (metrics.go); nil counts nothing.
+	Metrics *Metrics
 }
 
 func (o *Options) ensureDefaults() {
@@ -90,6 +93,7 @@ type Runtime struct {
 	mu          sync.RWMutex
 	sessions    map[string]*owner
 	openBy      map[string]int    // OPEN sessions per initiator (durable or in flight)
+	openTotal   int               // the sum of openBy (metrics)
 	quarantined map[string]string // session id -> why its history cannot be used
 
 	commits chan *commitReq
@@ -111,6 +115,9 @@ type Runtime struct {
 	Registry *Hub[int64]
 
 	rates *senderRates // per-sender rate limits (ratelimit.go)
+
+	metrics   *Metrics     // nil: none (metrics.go)
+	followers atomic.Int64 // registered followers, all sessions (metrics)
 }
 
 // owner is the single owner of one session. mu serializes decisions; the
@@ -212,6 +219,10 @@ func New(st store.Store, modes *mode.Registry, policies policy.Lookup, opts Opti
 		Lifecycle:   NewLifecycleFeed(opts.SubscriberBuffer, opts.MaxWatchPending),
 		Registry:    NewHub[int64](16),
 		rates:       newSenderRates(opts),
+		metrics:     opts.Metrics,
+	}
+	if opts.Metrics != nil {
+		opts.Metrics.rt.Store(r)
 	}
 	r.modes.Store(modes)
 	r.timers = newTimerLoop(opts.Now, r.expireByTimer)
@@ -334,22 +345,30 @@ func (r *Runtime) commitLoop() {
 			}
 		}
 		recs = recs[:0]
+		reqs := 0 // requests whose records are in the append
 		for _, req := range batch {
 			// Records decided on top of a record that failed to append are
 			// doomed (the store would refuse them): leave them out, so they
 			// do not fail the other sessions' records of this batch.
 			req.doomed = len(req.recs) > 0 && req.o.broken.Load() == req.epoch+1
-			if !req.doomed {
+			if !req.doomed && len(req.recs) > 0 {
 				recs = append(recs, req.recs...)
+				reqs++
 			}
 		}
-		f := inFlight{batch: batch}
+		f := inFlight{batch: batch, reqs: reqs, recs: len(recs)}
+		if r.metrics != nil && len(recs) > 0 {
+			f.start = time.Now()
+		}
 		switch {
 		case len(recs) == 0:
 		case pipe != nil:
 			f.wait, f.err = pipe.AppendAsync(context.Background(), recs)
 		default:
 			f.err = r.store.Append(context.Background(), recs)
+			if r.metrics != nil {
+				f.took = time.Since(f.start)
+			}
 		}
 		if f.err != nil {
 			// Known now: mark the sessions broken before the next group is
@@ -375,6 +394,11 @@ type inFlight struct {
 	err   error
 	// closed: the runtime stopped before these requests were appended.
 	closed bool
+	// For Metrics: the requests and records in the append, when it
+	// started (set only with metrics) and, without wait, how long it took.
+	reqs, recs int
+	start      time.Time
+	took       time.Duration
 }
 
 // completeLoop answers started groups in the order they were started,
@@ -387,6 +411,9 @@ func (r *Runtime) completeLoop(completions <-chan inFlight) {
 		}
 		if err != nil && !f.closed {
 			r.log.Error("store append failed", "requests", len(f.batch), "err", err)
+		}
+		if r.metrics != nil && f.recs > 0 && !f.closed {
+			r.metrics.group(&f, err)
 		}
 		for _, req := range f.batch {
 			rerr := err
@@ -607,6 +634,7 @@ func (r *Runtime) closedOpen(o *owner) {
 	r.mu.Lock()
 	if r.openBy[o.initiator] > 0 {
 		r.openBy[o.initiator]--
+		r.openTotal--
 	}
 	r.mu.Unlock()
 }
@@ -651,6 +679,7 @@ func (r *Runtime) startSession(ctx context.Context, id coord.Identity, env *macp
 	}
 	r.sessions[env.SessionId] = o
 	r.openBy[id.Sender]++
+	r.openTotal++
 	r.mu.Unlock()
 	// Arm the deadline now, whatever the caller does next; if the start is
 	// not stored the timer finds no session and does nothing.
@@ -682,6 +711,7 @@ func (r *Runtime) forget(o *owner) {
 		delete(r.sessions, o.id)
 		if r.openBy[o.initiator] > 0 {
 			r.openBy[o.initiator]--
+			r.openTotal--
 		}
 	}
 	r.mu.Unlock()

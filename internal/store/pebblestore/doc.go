@@ -89,4 +89,14 @@
 // LastSeq do point lookups of index keys, many of them misses for new
 // sessions. Range deletions (Purge) schedule a flush within 10 s so that
 // the space of purged sessions is reclaimed by compaction.
+//
+// # Metrics
+//
+// Store.Collector exports Pebble's metrics for Prometheus (macpd_store_*,
+// metrics.go): it reads db.Metrics() at each scrape (Pebble's locks, held
+// briefly; fine at a scrape every few seconds) and exports nothing once
+// the store is closed or failed. The WAL fsync histogram is Pebble's own,
+// observed in nanoseconds, re-exported in seconds on a subset of its
+// bounds (FsyncBuckets); write stalls and slow-disk events are counted by
+// the store's EventListener.
 package pebblestore

@@ -51,6 +51,7 @@ type Store struct {
 	log      *slog.Logger
 	readOnly bool
 	fail     *failState
+	events   *events // counted by the EventListener (metrics.go)
 
 	// life tracks calls in progress so that Close waits for them (Pebble
 	// panics on use after Close).
@@ -133,6 +134,7 @@ func Open(dir string, o Options) (*Store, error) {
 		o.MemTableSize = defaultMemTableSize
 	}
 	fail := &failState{}
+	ev := &events{}
 	log := o.Logger
 	po := &pebble.Options{
 		FS:                    o.FS,
@@ -151,10 +153,12 @@ func Open(dir string, o Options) (*Store, error) {
 				log.Error("pebble found corrupt data", "component", "pebble", "path", info.Path, "err", info.Details)
 			},
 			WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
+				ev.writeStalls.Add(1)
 				log.Warn("pebble write stall", "component", "pebble", "reason", info.Reason)
 			},
 			WriteStallEnd: func() { log.Info("pebble write stall ended", "component", "pebble") },
 			DiskSlow: func(info pebble.DiskSlowInfo) {
+				ev.diskSlow.Add(1)
 				log.Warn("slow disk operation", "component", "pebble", "path", info.Path, "op", info.OpType.String(), "duration", info.Duration)
 			},
 		},
@@ -173,7 +177,7 @@ func Open(dir string, o Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
 	}
-	s := &Store{dir: dir, db: db, log: log, readOnly: o.ReadOnly, fail: fail, tips: make(map[string]tip), scratch: appendScratch{pos: make(map[string]int)}}
+	s := &Store{dir: dir, db: db, log: log, readOnly: o.ReadOnly, fail: fail, events: ev, tips: make(map[string]tip), scratch: appendScratch{pos: make(map[string]int)}}
 	if err := s.checkFormat(); err != nil {
 		_ = s.closeDB()
 		return nil, err
