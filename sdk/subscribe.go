@@ -222,9 +222,9 @@ func (s *Subscription) connect() {
 		s.retryOrFail(err)
 		return
 	}
-	// The stream is read-only from here; the runtime keeps delivering
-	// after the half-close until the session ends.
-	_ = stream.CloseSend()
+	// The stream is read-only from here, but its send side stays open: a
+	// half-close asks the runtime to end the stream once it delivered
+	// what is durable (docs/resume.md). drop cancels the call instead.
 	s.stream, s.endStream = stream, cancel
 	s.seq = s.last.Load()
 	md, err := stream.Header()

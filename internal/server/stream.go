@@ -42,11 +42,18 @@ type streamState struct {
 	openedMs int64
 
 	out        chan *macpv1.StreamSessionResponse
-	mu         sync.Mutex // guards bound, following, lastSent
+	mu         sync.Mutex // guards bound, following, lastSent, seen, drainTo, drained
 	bound      string
 	following  bool
 	lastSent   uint64
 	headerSent bool
+	// seen is the sequence number of the last record the follower handled
+	// (delivered, or skipped as envelope-less). After the client
+	// half-closes, drainTo is the session's last durable sequence number
+	// at that moment, and drained is closed once seen reaches it.
+	seen    uint64
+	drainTo uint64
+	drained chan struct{}
 
 	followDone chan error
 	stopSend   chan struct{}
@@ -98,7 +105,7 @@ func (s *Service) StreamSession(stream grpc.BidiStreamingServer[macpv1.StreamSes
 		defer t.Stop()
 		hb = t.C
 	}
-	halfClosed := false
+	var drained <-chan struct{}
 	for {
 		select {
 		case req := <-reqs:
@@ -109,13 +116,16 @@ func (s *Service) StreamSession(stream grpc.BidiStreamingServer[macpv1.StreamSes
 			if !errors.Is(err, io.EOF) {
 				return nil // the client went away
 			}
-			// Half-close: a following stream keeps delivering until the
-			// session ends; otherwise the call is over.
+			// Half-close (the official SDKs' close()): a following stream
+			// delivers what was durable at this moment, then ends OK;
+			// otherwise the call is over now.
 			recvErr = nil
-			halfClosed = true
 			if !st.isFollowing() {
 				return st.finish(nil)
 			}
+			drained = st.drainAfterHalfClose()
+		case <-drained:
+			return st.finish(nil)
 		case err := <-st.followDone:
 			if errors.Is(err, runtime.ErrFollowEnded) {
 				return st.finish(nil)
@@ -129,8 +139,36 @@ func (s *Service) StreamSession(stream grpc.BidiStreamingServer[macpv1.StreamSes
 				st.enqueue(ctx, &macpv1.StreamSessionResponse{Response: &macpv1.StreamSessionResponse_Envelope{Envelope: heartbeat()}})
 			}
 		case <-ctx.Done():
-			_ = halfClosed
 			return nil
+		}
+	}
+}
+
+// drainAfterHalfClose sets the drain target to the bound session's last
+// durable sequence number and returns a channel closed once the follower
+// has handled every record up to it (at once if it already has).
+func (st *streamState) drainAfterHalfClose() <-chan struct{} {
+	last, _ := st.s.rt.LastSeq(st.bound)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.drainTo = last
+	st.drained = make(chan struct{})
+	if st.seen >= last {
+		close(st.drained)
+	}
+	return st.drained
+}
+
+// handled records that the follower is done with record seq and closes
+// drained when a half-closed stream has reached its drain target; the
+// caller holds mu.
+func (st *streamState) handledLocked(seq uint64) {
+	st.seen = seq
+	if st.drained != nil && seq >= st.drainTo {
+		select {
+		case <-st.drained:
+		default:
+			close(st.drained)
 		}
 	}
 }
@@ -247,6 +285,9 @@ func (st *streamState) follow(ctx context.Context, sessionID string, after uint6
 			},
 		}, func(rec session.Record) error {
 			if rec.Envelope == nil {
+				st.mu.Lock()
+				st.handledLocked(rec.Seq)
+				st.mu.Unlock()
 				return nil
 			}
 			if !st.enqueue(ctx, &macpv1.StreamSessionResponse{Response: &macpv1.StreamSessionResponse_Envelope{Envelope: rec.Envelope}}) {
@@ -254,6 +295,7 @@ func (st *streamState) follow(ctx context.Context, sessionID string, after uint6
 			}
 			st.mu.Lock()
 			st.lastSent = rec.Seq
+			st.handledLocked(rec.Seq)
 			st.mu.Unlock()
 			return nil
 		})
@@ -282,6 +324,7 @@ func (st *streamState) sendHeader(lastSeq, after uint64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.lastSent = after
+	st.seen = after
 	if st.headerSent {
 		return
 	}

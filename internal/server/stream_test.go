@@ -558,19 +558,46 @@ func TestStreamActiveRejection(t *testing.T) {
 			t.Fatalf("rejected envelope %q in the history", id)
 		}
 	}
-	// Half-closing a bound stream keeps it delivering until the session
-	// ends.
+	// Half-closing a bound stream (the official SDKs' close()) ends it
+	// once it delivered everything that was durable at that moment.
 	if err := ss.s.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
-	e.resolve(t, "init", sid)
-	for _, want := range []string{"p-" + sid, "c-" + sid} {
-		if g := ss.env(t); g.MessageId != want {
-			t.Fatalf("got %s, want %s", g.MessageId, want)
-		}
-	}
 	if last, _ := ss.end(t); last != uint64(len(e.history(t, sid))) {
-		t.Fatalf("trailer %d", last)
+		t.Fatalf("trailer %d, want %d", last, len(e.history(t, sid)))
+	}
+}
+
+// Half-close of a subscribed stream: it delivers what was durable when the
+// client half-closed (the whole history for after_sequence 0), then ends
+// OK with the trailer; with after_sequence beyond the end it ends at once,
+// delivering nothing. Both official SDKs close a subscription this way
+// (the TypeScript SDK's "sendSubscribe with a future afterSequence" test
+// waits for that end); the reference runtime behaves the same.
+func TestStreamSubscribeHalfCloseDrainsThenEnds(t *testing.T) {
+	e := startApp(t, streamConfig(20*time.Millisecond))
+	sid := e.sessionWith(t, 40)
+	hist := envelopes(e.history(t, sid))
+
+	ss := e.subscribe(t, "alice", sid, 0)
+	if err := ss.s.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	var got []*macpv1.Envelope
+	for range hist {
+		got = append(got, ss.env(t))
+	}
+	sameEnvelopes(t, "drained history", hist, got)
+	if last, ok := ss.end(t); !ok || last != uint64(len(hist)) {
+		t.Fatalf("trailer %d %v, want %d", last, ok, len(hist))
+	}
+
+	ss = e.subscribe(t, "alice", sid, 1<<40)
+	if err := ss.s.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if last, ok := ss.end(t); !ok || last != uint64(len(hist)) {
+		t.Fatalf("future after_sequence: trailer %d %v, want %d", last, ok, len(hist))
 	}
 }
 
