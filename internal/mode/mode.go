@@ -49,6 +49,17 @@ type Mode interface {
 	Start(b *Binding) (State, error)
 }
 
+// RulesValidator is implemented by modes whose policy rules can be checked
+// without a session, so a policy registry refuses rules a session of the
+// mode could never use at RegisterPolicy (RFC-MACP-0012 §7 "rules MUST
+// validate against the target mode's rule JSON Schema"; checklist POL-3)
+// instead of at every SessionStart. Checks that depend on a session's
+// participants stay in Start. Errors carry INVALID_POLICY_DEFINITION. A
+// mode without it accepts any rules object (its Start may still refuse).
+type RulesValidator interface {
+	ValidateRules(p *policy.Policy) error
+}
+
 // State is the mode-specific state of one session.
 type State interface {
 	// Step validates and applies one non-Commitment message: authority

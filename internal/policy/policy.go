@@ -145,8 +145,18 @@ type Lookup interface {
 	Policy(id string) (Descriptor, bool)
 }
 
+// Lister is implemented by Lookups that can enumerate their policies (a
+// runtime lists its built-in policies with it).
+type Lister interface {
+	// Policies returns every descriptor the Lookup resolves.
+	Policies() []Descriptor
+}
+
 // DefaultOnly is a Lookup that knows only policy.default.
 type DefaultOnly struct{}
+
+// Policies implements Lister.
+func (DefaultOnly) Policies() []Descriptor { return []Descriptor{Default()} }
 
 // Policy implements Lookup.
 func (DefaultOnly) Policy(id string) (Descriptor, bool) {

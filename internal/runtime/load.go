@@ -129,14 +129,17 @@ func (m replayModes) Lookup(id string) (e mode.Entry, ok bool) {
 	return e, ok
 }
 
-// recover restores durable extension modes, then loads every OPEN session
-// by replay. Terminal sessions stay on disk until asked for. A session
-// whose deadline passed while the runtime was down expires right away (its
-// timer is already due) with an Expire record.
+// recover restores durable extension modes and registered policies, then
+// loads every OPEN session by replay. Terminal sessions stay on disk until
+// asked for. A session whose deadline passed while the runtime was down
+// expires right away (its timer is already due) with an Expire record.
 func (r *Runtime) recover(ctx context.Context) error {
 	start := time.Now()
 	if err := r.loadModes(ctx); err != nil {
 		return fmt.Errorf("runtime: restoring extension modes: %w", err)
+	}
+	if err := r.loadPolicies(ctx); err != nil {
+		return fmt.Errorf("runtime: restoring registered policies: %w", err)
 	}
 	var open, terminal, quarantined int
 	var infos []store.SessionInfo

@@ -87,8 +87,12 @@ type Runtime struct {
 	modes    atomic.Pointer[mode.Registry]
 	regMu    sync.Mutex            // serializes registry changes; guards retired
 	retired  map[string]mode.Entry // unregistered modes that stored sessions may still need
-	policies policy.Lookup
-	log      *slog.Logger
+	policies *policyRegistry       // policies.go
+	// polMu serializes policy registry changes; guards retiredPolicies
+	// (unregistered policies, kept so their ids stay immutable).
+	polMu           sync.Mutex
+	retiredPolicies map[string]registeredPolicy
+	log             *slog.Logger
 
 	mu          sync.RWMutex
 	sessions    map[string]*owner
@@ -113,6 +117,8 @@ type Runtime struct {
 	Lifecycle *LifecycleFeed
 	// Registry carries mode-registry change hints.
 	Registry *Hub[int64]
+	// PolicyChanges carries policy-registry change hints (WatchPolicies).
+	PolicyChanges *Hub[int64]
 
 	rates *senderRates // per-sender rate limits (ratelimit.go)
 
@@ -201,25 +207,29 @@ type commitReq struct {
 	done   chan error
 }
 
-// New builds a Runtime over st with the given modes and policies.
+// New builds a Runtime over st with the given modes. policies are the
+// built-in policies (policy.default is always one); RegisterPolicy adds
+// others (policies.go).
 func New(st store.Store, modes *mode.Registry, policies policy.Lookup, opts Options) *Runtime {
 	opts.ensureDefaults()
 	r := &Runtime{
-		opts:        opts,
-		store:       st,
-		policies:    policies,
-		log:         opts.Logger,
-		sessions:    make(map[string]*owner),
-		quarantined: make(map[string]string),
-		retired:     make(map[string]mode.Entry),
-		openBy:      make(map[string]int),
-		commits:     make(chan *commitReq, 4096),
-		stop:        make(chan struct{}),
-		Signals:     NewHub[*macpv1.Envelope](opts.SubscriberBuffer),
-		Lifecycle:   NewLifecycleFeed(opts.SubscriberBuffer, opts.MaxWatchPending),
-		Registry:    NewHub[int64](16),
-		rates:       newSenderRates(opts),
-		metrics:     opts.Metrics,
+		opts:            opts,
+		store:           st,
+		policies:        newPolicyRegistry(policies),
+		retiredPolicies: make(map[string]registeredPolicy),
+		PolicyChanges:   NewHub[int64](16),
+		log:             opts.Logger,
+		sessions:        make(map[string]*owner),
+		quarantined:     make(map[string]string),
+		retired:         make(map[string]mode.Entry),
+		openBy:          make(map[string]int),
+		commits:         make(chan *commitReq, 4096),
+		stop:            make(chan struct{}),
+		Signals:         NewHub[*macpv1.Envelope](opts.SubscriberBuffer),
+		Lifecycle:       NewLifecycleFeed(opts.SubscriberBuffer, opts.MaxWatchPending),
+		Registry:        NewHub[int64](16),
+		rates:           newSenderRates(opts),
+		metrics:         opts.Metrics,
 	}
 	if opts.Metrics != nil {
 		opts.Metrics.rt.Store(r)

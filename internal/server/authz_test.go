@@ -559,9 +559,7 @@ func TestAuthzWatchSignals(t *testing.T) {
 
 // Cells: managing the mode registry needs can_manage_mode_registry
 // (ok=false, FORBIDDEN otherwise; the registry is unchanged); reading it
-// is discovery. The policy registry RPCs are not implemented in this
-// build: UNIMPLEMENTED to authenticated callers, UNAUTHENTICATED to
-// others.
+// is discovery. The policy registry: see below.
 func TestAuthzRegistries(t *testing.T) {
 	e := startSecure(t, secTokens(), nil)
 	for _, who := range []string{secInitiator, secObserver, secOutsider} {
@@ -592,10 +590,43 @@ func TestAuthzRegistries(t *testing.T) {
 	if u, err := e.c.UnregisterExtMode(e.as(t, secAdmin), &macpv1.UnregisterExtModeRequest{Mode: extMode}); err != nil || !u.Ok {
 		t.Fatalf("admin UnregisterExtMode: %v %v", u, err)
 	}
+
+	// The policy registry: every RPC needs credentials; mutations need
+	// can_manage_mode_registry (the spec names no policy capability;
+	// checklist EXT-5, SEC-10); reading it is open to any authenticated
+	// identity.
 	calls := rpcCalls(e.c)
-	for _, name := range []string{"RegisterPolicy", "UnregisterPolicy"} {
+	for _, name := range []string{"RegisterPolicy", "UnregisterPolicy", "GetPolicy", "ListPolicies", "WatchPolicies"} {
 		wantStatus(t, calls[name](e.as(t, "")), codes.Unauthenticated, "UNAUTHENTICATED")
-		wantStatus(t, calls[name](e.as(t, secOutsider)), codes.Unimplemented, "")
-		wantStatus(t, calls[name](e.as(t, secAdmin)), codes.Unimplemented, "")
+	}
+	const pid = "policy.authz.majority"
+	for _, who := range []string{secInitiator, secObserver, secOutsider} {
+		r, err := e.c.RegisterPolicy(e.as(t, who), &macpv1.RegisterPolicyRequest{PolicyDescriptor: decisionPolicy(pid, majorityRules)})
+		if err != nil || r.Ok || !strings.HasPrefix(r.Error, "FORBIDDEN") {
+			t.Fatalf("%s RegisterPolicy: %v %v", who, r, err)
+		}
+	}
+	_, err = e.c.GetPolicy(e.as(t, secOutsider), &macpv1.GetPolicyRequest{PolicyId: pid})
+	wantStatus(t, err, codes.NotFound, "UNKNOWN_POLICY_VERSION")
+	if r, err := e.c.RegisterPolicy(e.as(t, secAdmin), &macpv1.RegisterPolicyRequest{PolicyDescriptor: decisionPolicy(pid, majorityRules)}); err != nil || !r.Ok {
+		t.Fatalf("admin RegisterPolicy: %v %v", r, err)
+	}
+	for _, who := range []string{secInitiator, secObserver, secOutsider} {
+		if g, err := e.c.GetPolicy(e.as(t, who), &macpv1.GetPolicyRequest{PolicyId: pid}); err != nil || g.PolicyDescriptor.GetPolicyId() != pid {
+			t.Fatalf("%s GetPolicy: %v %v", who, g, err)
+		}
+		if l, err := e.c.ListPolicies(e.as(t, who), &macpv1.ListPoliciesRequest{}); err != nil || !slices.Contains(policyIDs(l.Descriptors), pid) {
+			t.Fatalf("%s ListPolicies: %v %v", who, l, err)
+		}
+		if err := calls["WatchPolicies"](e.as(t, who)); err != nil {
+			t.Fatalf("%s WatchPolicies: %v", who, err)
+		}
+		u, err := e.c.UnregisterPolicy(e.as(t, who), &macpv1.UnregisterPolicyRequest{PolicyId: pid})
+		if err != nil || u.Ok || !strings.HasPrefix(u.Error, "FORBIDDEN") {
+			t.Fatalf("%s UnregisterPolicy: %v %v", who, u, err)
+		}
+	}
+	if u, err := e.c.UnregisterPolicy(e.as(t, secAdmin), &macpv1.UnregisterPolicyRequest{PolicyId: pid}); err != nil || !u.Ok {
+		t.Fatalf("admin UnregisterPolicy: %v %v", u, err)
 	}
 }

@@ -13,8 +13,9 @@
 // (INVALID_ARGUMENT) and GetManifest for an unknown agent (NOT_FOUND),
 // which the error registry has no code for.
 //
-// RPCs this build does not implement answer UNIMPLEMENTED and are not
-// advertised by Initialize.
+// Initialize advertises exactly what this build implements; an RPC it
+// did not implement would answer UNIMPLEMENTED and not be advertised
+// (today every RPC of the service is implemented).
 //
 // Shutdown: call Service.Drain before grpc.Server.GracefulStop. Watch
 // streams never end on their own, so without Drain GracefulStop waits for

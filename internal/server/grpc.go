@@ -202,7 +202,7 @@ func (s *Service) capabilities() *macpv1.Capabilities {
 		Manifest:       &macpv1.ManifestCapability{GetManifest: true},
 		ModeRegistry:   &macpv1.ModeRegistryCapability{ListModes: true, ListChanged: true},
 		Roots:          &macpv1.RootsCapability{ListRoots: true, ListChanged: true},
-		PolicyRegistry: &macpv1.PolicyRegistryCapability{},
+		PolicyRegistry: &macpv1.PolicyRegistryCapability{RegisterPolicy: true, ListPolicies: true, ListChanged: true},
 		Experimental:   &macpv1.ExperimentalCapabilities{Features: map[string]string{"ext_mode_lifecycle": "true"}},
 	}
 }

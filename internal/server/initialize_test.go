@@ -71,8 +71,7 @@ func TestInitializeIgnoresClientCapabilities(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Capabilities.GetProgress().GetProgress() || r.Capabilities.GetPolicyRegistry().GetRegisterPolicy() ||
-		r.Capabilities.GetExperimental().GetFeatures()["x-unknown"] != "" {
+	if r.Capabilities.GetProgress().GetProgress() || r.Capabilities.GetExperimental().GetFeatures()["x-unknown"] != "" {
 		t.Fatalf("runtime echoed client capabilities: %v", r.Capabilities)
 	}
 }
@@ -80,8 +79,8 @@ func TestInitializeIgnoresClientCapabilities(t *testing.T) {
 // INIT-5/INIT-6 (RFC-MACP-0001 §4.1 "MUST advertise only the capabilities
 // they support") and checklist §1 (advertised-by column): exactly what this
 // build implements. StreamSession is implemented (sessions.stream = true,
-// RFC-MACP-0006 §3.2); the policy registry answers UNIMPLEMENTED
-// (TestUnimplementedRPCs), so its flags are false.
+// RFC-MACP-0006 §3.2); the policy registry is implemented (RFC-MACP-0012
+// §9: register_policy, list_policies, list_changed; policies_test.go).
 func TestInitializeAdvertisesExactlyWhatIsImplemented(t *testing.T) {
 	e := startApp(t, testConfig())
 	r, err := e.c.Initialize(context.Background(), &macpv1.InitializeRequest{SupportedProtocolVersions: []string{"1.0"}})
@@ -95,7 +94,7 @@ func TestInitializeAdvertisesExactlyWhatIsImplemented(t *testing.T) {
 		Manifest:       &macpv1.ManifestCapability{GetManifest: true},
 		ModeRegistry:   &macpv1.ModeRegistryCapability{ListModes: true, ListChanged: true},
 		Roots:          &macpv1.RootsCapability{ListRoots: true, ListChanged: true},
-		PolicyRegistry: &macpv1.PolicyRegistryCapability{},
+		PolicyRegistry: &macpv1.PolicyRegistryCapability{RegisterPolicy: true, ListPolicies: true, ListChanged: true},
 		// checklist RPC-11: the reference runtime's flag for the
 		// extension-mode lifecycle RPCs (RFC-MACP-0006 §3.6).
 		Experimental: &macpv1.ExperimentalCapabilities{Features: map[string]string{"ext_mode_lifecycle": "true"}},

@@ -25,6 +25,7 @@ import (
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
+	"github.com/macpd/macpd/internal/policy"
 )
 
 // ModeID and ModeVersion identify the mode (RFC-MACP-0007 §2).
@@ -103,6 +104,9 @@ func New() mode.Mode { return decisionMode{} }
 
 // Descriptor returns the shared descriptor; callers must not modify it.
 func (decisionMode) Descriptor() *macpv1.ModeDescriptor { return descriptor }
+
+// ValidateRules implements mode.RulesValidator.
+func (decisionMode) ValidateRules(p *policy.Policy) error { return ValidateRules(p) }
 
 // Start requires declared participants (RFC-MACP-0007 §3, participant model
 // "declared") and parses the bound policy's decision rules.

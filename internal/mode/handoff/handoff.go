@@ -130,6 +130,10 @@ func NewWithOptions(o Options) mode.Mode { return handoffMode{opts: o} }
 // Descriptor returns the shared descriptor; callers must not modify it.
 func (handoffMode) Descriptor() *macpv1.ModeDescriptor { return descriptor }
 
+// ValidateRules implements mode.RulesValidator: the handoff sections
+// (checkRules; none depends on the participants).
+func (handoffMode) ValidateRules(p *policy.Policy) error { return checkRules(p) }
+
 // Start checks the SessionStart requirements and the bound policy's handoff
 // rules. Decision: RFC-MACP-0010 §3 binds "participants - current owner and
 // eligible targets", so the initiator (the owner, §2) must be a declared

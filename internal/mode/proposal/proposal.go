@@ -46,6 +46,7 @@ import (
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
+	"github.com/macpd/macpd/internal/policy"
 )
 
 // ModeID and ModeVersion identify the mode (RFC-MACP-0008 §2).
@@ -108,6 +109,13 @@ func New() mode.Mode { return proposalMode{} }
 
 // Descriptor returns the shared descriptor; callers must not modify it.
 func (proposalMode) Descriptor() *macpv1.ModeDescriptor { return descriptor }
+
+// ValidateRules implements mode.RulesValidator: the proposal sections
+// against proposal-rules.schema.json (none depends on the participants).
+func (proposalMode) ValidateRules(p *policy.Policy) error {
+	_, err := parseRules(p)
+	return err
+}
 
 // Start requires declared participants (RFC-MACP-0008 §3 "participants -
 // required negotiating parties") and parses the bound policy's proposal

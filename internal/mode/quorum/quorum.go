@@ -27,6 +27,7 @@ import (
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
+	"github.com/macpd/macpd/internal/policy"
 )
 
 // ModeID and ModeVersion identify the mode (RFC-MACP-0011 §2).
@@ -94,6 +95,15 @@ func New() mode.Mode { return quorumMode{} }
 
 // Descriptor returns the shared descriptor; callers must not modify it.
 func (quorumMode) Descriptor() *macpv1.ModeDescriptor { return descriptor }
+
+// ValidateRules implements mode.RulesValidator: the quorum sections
+// against quorum-rules.schema.json, without the checks that need the
+// session's participants (a threshold above the eligible participants or
+// their total weight), which Start still makes.
+func (quorumMode) ValidateRules(p *policy.Policy) error {
+	_, err := parseRulesFor(p, nil, false)
+	return err
+}
 
 // Start requires declared participants — the voter pool (RFC-MACP-0011 §2,
 // §3) — and parses the bound policy's quorum rules. The initiator votes

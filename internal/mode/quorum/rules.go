@@ -98,6 +98,14 @@ func fmtNum(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 //     is refused when the session starts, extending §5 rule 2 to the
 //     override that replaces required_approvals (§5 rule 6).
 func parseRules(p *policy.Policy, names []string) (rules, error) {
+	return parseRulesFor(p, names, true)
+}
+
+// parseRulesFor is parseRules; withSession false skips the checks that
+// compare the threshold with the session's eligible participants (no
+// session exists yet: RegisterPolicy), and the rules it returns must then
+// not be used.
+func parseRulesFor(p *policy.Policy, names []string, withSession bool) (rules, error) {
 	var r rules
 	if p == nil {
 		return r, nil
@@ -141,7 +149,7 @@ func parseRules(p *policy.Policy, names []string) (rules, error) {
 			if value != math.Trunc(value) {
 				return r, badPolicy("threshold.value %v must be an integer for n_of_m", value)
 			}
-			if value > float64(n) {
+			if withSession && value > float64(n) {
 				return r, badPolicy("threshold.value %v exceeds the %d eligible participant(s) (RFC-MACP-0011 §5 rule 2)", value, n)
 			}
 			r.kind, r.count = nOfM, int(value)
@@ -163,7 +171,7 @@ func parseRules(p *policy.Policy, names []string) (rules, error) {
 				}
 				total += r.weights[i]
 			}
-			if value > total {
+			if withSession && value > total {
 				return r, badPolicy("threshold.value %v exceeds the eligible participants' total weight %v", value, total)
 			}
 			r.kind, r.weightSum = weighted, value

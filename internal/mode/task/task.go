@@ -32,6 +32,7 @@ import (
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
+	"github.com/macpd/macpd/internal/policy"
 )
 
 // ModeID and ModeVersion identify the mode (RFC-MACP-0009 §2).
@@ -92,6 +93,13 @@ func New() mode.Mode { return taskMode{} }
 
 // Descriptor returns the shared descriptor; callers must not modify it.
 func (taskMode) Descriptor() *macpv1.ModeDescriptor { return descriptor }
+
+// ValidateRules implements mode.RulesValidator: the task sections against
+// task-rules.schema.json (none depends on the participants).
+func (taskMode) ValidateRules(p *policy.Policy) error {
+	_, err := parseRules(p)
+	return err
+}
 
 // Start requires at least one eligible assignee and parses the bound
 // policy's task rules.
