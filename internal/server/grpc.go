@@ -318,30 +318,36 @@ func (s *Service) WatchRoots(_ *macpv1.WatchRootsRequest, stream grpc.ServerStre
 // that queued up while the client was slow become one, and a watcher that
 // the hub dropped for lagging just gets a fresh hint.
 func (s *Service) WatchModeRegistry(_ *macpv1.WatchModeRegistryRequest, stream grpc.ServerStreamingServer[macpv1.WatchModeRegistryResponse]) error {
-	sub := s.rt.Registry.Subscribe()
-	defer func() { s.rt.Registry.Unsubscribe(sub) }() // the current sub
-	hint := func(at int64) error {
+	return watchHints(stream.Context(), s.rt.Registry, func(at int64) error {
 		return stream.Send(&macpv1.WatchModeRegistryResponse{Change: &macpv1.RegistryChanged{Registry: "modes", ObservedAtUnixMs: at}})
-	}
-	if err := hint(time.Now().UnixMilli()); err != nil {
+	})
+}
+
+// watchHints calls send once at once, then once per change published on
+// hub, until ctx ends or send fails. Changes are idempotent hints, so
+// those that queued up while the client was slow become one, and a
+// watcher the hub dropped for lagging is subscribed again and sent one.
+func watchHints(ctx context.Context, hub *runtime.Hub[int64], send func(at int64) error) error {
+	sub := hub.Subscribe()
+	defer func() { hub.Unsubscribe(sub) }() // the current sub
+	if err := send(time.Now().UnixMilli()); err != nil {
 		return err
 	}
 	for {
 		select {
 		case at := <-sub.C:
-			// Coalesce hints that queued up meanwhile: one is enough.
 			for len(sub.C) > 0 {
 				at = <-sub.C
 			}
-			if err := hint(at); err != nil {
+			if err := send(at); err != nil {
 				return err
 			}
 		case <-sub.Done():
-			sub = s.rt.Registry.Subscribe()
-			if err := hint(time.Now().UnixMilli()); err != nil {
+			sub = hub.Subscribe()
+			if err := send(time.Now().UnixMilli()); err != nil {
 				return err
 			}
-		case <-stream.Context().Done():
+		case <-ctx.Done():
 			return nil
 		}
 	}

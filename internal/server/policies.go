@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"google.golang.org/grpc"
@@ -54,30 +53,7 @@ func (s *Service) ListPolicies(_ context.Context, req *macpv1.ListPoliciesReques
 // (each list is complete, so only the latest matters), and a watcher the
 // hub dropped for lagging just gets a fresh list.
 func (s *Service) WatchPolicies(_ *macpv1.WatchPoliciesRequest, stream grpc.ServerStreamingServer[macpv1.WatchPoliciesResponse]) error {
-	sub := s.rt.PolicyChanges.Subscribe()
-	defer func() { s.rt.PolicyChanges.Unsubscribe(sub) }() // the current sub
-	send := func(at int64) error {
+	return watchHints(stream.Context(), s.rt.PolicyChanges, func(at int64) error {
 		return stream.Send(&macpv1.WatchPoliciesResponse{Descriptors: s.rt.Policies(""), ObservedAtUnixMs: at})
-	}
-	if err := send(time.Now().UnixMilli()); err != nil {
-		return err
-	}
-	for {
-		select {
-		case at := <-sub.C:
-			for len(sub.C) > 0 {
-				at = <-sub.C
-			}
-			if err := send(at); err != nil {
-				return err
-			}
-		case <-sub.Done():
-			sub = s.rt.PolicyChanges.Subscribe()
-			if err := send(time.Now().UnixMilli()); err != nil {
-				return err
-			}
-		case <-stream.Context().Done():
-			return nil
-		}
-	}
+	})
 }
