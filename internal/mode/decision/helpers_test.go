@@ -5,15 +5,11 @@ import (
 	"math"
 	"testing"
 
-	"google.golang.org/protobuf/proto"
-
 	decisionv1 "github.com/macpd/macpd/gen/macp/modes/decision/v1"
-	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/decision"
 	"github.com/macpd/macpd/internal/mode/modetest"
-	"github.com/macpd/macpd/internal/policy"
 )
 
 const (
@@ -32,34 +28,15 @@ func msg(typ, sender string, payload []byte) mode.Message {
 	return mode.Message{Type: typ, ID: fmt.Sprintf("m%d", msgSeq), Sender: sender, Payload: payload}
 }
 
-func marshal(m proto.Message) []byte {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		panic(err)
-	}
-	return b
-}
+var marshal = modetest.Marshal
 
 // binding returns a decision binding with the given policy rules JSON ("" =
 // policy.default) and participants (default a, b).
 func binding(t testing.TB, rules string, participants ...string) *mode.Binding {
-	t.Helper()
 	if participants == nil {
 		participants = []string{alice, bob}
 	}
-	pol := policy.MustDefault()
-	if rules != "" {
-		var err error
-		pol, err = policy.Parse(policy.Descriptor{ID: "policy.test.rules", Mode: decision.ModeID, Rules: rules, SchemaVersion: 1})
-		if err != nil {
-			t.Fatalf("policy.Parse(%s): %v", rules, err)
-		}
-	}
-	return &mode.Binding{
-		SessionID: "s1", Mode: decision.ModeID, ModeVersion: decision.ModeVersion,
-		ConfigurationVersion: "cfg-1", PolicyVersion: pol.Descriptor.ID, Policy: pol,
-		Initiator: initiator, Participants: participants,
-	}
+	return modetest.Binding(t, decision.ModeID, decision.ModeVersion, "policy.test.rules", rules, initiator, participants)
 }
 
 func propIn(sender, id, option string) modetest.Input {
@@ -87,25 +64,11 @@ func rawIn(typ, sender string, payload []byte) modetest.Input {
 }
 
 func commitIn(sender string, positive bool) modetest.Input {
-	action := "decision.selected"
-	if !positive {
-		action = "decision.rejected"
-	}
-	return modetest.Input{
-		Msg: msg(coord.TypeCommitment, sender, nil),
-		Commitment: &macpv1.CommitmentPayload{
-			CommitmentId: "c1", Action: action, AuthorityScope: "test", Reason: "done",
-			ModeVersion: decision.ModeVersion, ConfigurationVersion: "cfg-1", OutcomePositive: positive,
-		},
-	}
+	return modetest.Commitment(msg(coord.TypeCommitment, sender, nil), decision.ModeVersion, "decision.selected", "decision.rejected", positive)
 }
 
 // Step constructors: ok expects acceptance, rej a code.
-func ok(in modetest.Input, note string) modetest.Step { return modetest.Step{Input: in, Note: note} }
-
-func rej(in modetest.Input, code coord.Code, note string) modetest.Step {
-	return modetest.Step{Input: in, Want: code, Note: note}
-}
+var ok, rej = modetest.Ok, modetest.Rej
 
 // gen is the Decision Mode generator for randomized runs and fuzzing: mostly
 // well-formed messages over small id pools, so references, duplicates,
@@ -132,7 +95,7 @@ func (gen) Binding(r *modetest.Rand) *mode.Binding {
 		n = len(genSenders)
 	}
 	participants := append([]string(nil), genSenders[:n]...)
-	b := binding(nilTB{}, genPolicies[r.Intn(len(genPolicies))], participants...)
+	b := binding(nil, genPolicies[r.Intn(len(genPolicies))], participants...)
 	if r.Chance(1, 4) {
 		b.Initiator = participants[0]
 	}
@@ -175,13 +138,4 @@ func (gen) Next(r *modetest.Rand, b *mode.Binding, seq int) modetest.Input {
 	}
 	in.Msg.ID = fmt.Sprintf("m%d", seq)
 	return in
-}
-
-// nilTB lets the generator build bindings outside a test; binding() only
-// calls Fatalf on a bad fixed policy, which is a programming error.
-type nilTB struct{ testing.TB }
-
-func (nilTB) Helper() {}
-func (nilTB) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(format, args...))
 }

@@ -4,15 +4,11 @@ import (
 	"fmt"
 	"testing"
 
-	"google.golang.org/protobuf/proto"
-
 	handoffv1 "github.com/macpd/macpd/gen/macp/modes/handoff/v1"
-	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/handoff"
 	"github.com/macpd/macpd/internal/mode/modetest"
-	"github.com/macpd/macpd/internal/policy"
 )
 
 const (
@@ -30,31 +26,12 @@ func msg(typ, sender string, payload []byte) mode.Message {
 	return mode.Message{Type: typ, ID: fmt.Sprintf("m%d", msgSeq), Sender: sender, Payload: payload}
 }
 
-func marshal(m proto.Message) []byte {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		panic(err)
-	}
-	return b
-}
+var marshal = modetest.Marshal
 
 // bindingFor returns a handoff binding with the given policy rules JSON
 // ("" = policy.default), initiator and participants.
 func bindingFor(t testing.TB, rules, initiator string, participants ...string) *mode.Binding {
-	t.Helper()
-	pol := policy.MustDefault()
-	if rules != "" {
-		var err error
-		pol, err = policy.Parse(policy.Descriptor{ID: "policy.test.rules", Mode: handoff.ModeID, Rules: rules, SchemaVersion: 1})
-		if err != nil {
-			t.Fatalf("policy.Parse(%s): %v", rules, err)
-		}
-	}
-	return &mode.Binding{
-		SessionID: "s1", Mode: handoff.ModeID, ModeVersion: handoff.ModeVersion,
-		ConfigurationVersion: "cfg-1", PolicyVersion: pol.Descriptor.ID, Policy: pol,
-		Initiator: initiator, Participants: participants,
-	}
+	return modetest.Binding(t, handoff.ModeID, handoff.ModeVersion, "policy.test.rules", rules, initiator, participants)
 }
 
 // binding: owner initiates; owner, target and backup are declared.
@@ -88,25 +65,11 @@ func rawIn(typ, sender string, payload []byte) modetest.Input {
 }
 
 func commitIn(sender string, positive bool) modetest.Input {
-	action := "handoff.accepted"
-	if !positive {
-		action = "handoff.declined"
-	}
-	return modetest.Input{
-		Msg: msg(coord.TypeCommitment, sender, nil),
-		Commitment: &macpv1.CommitmentPayload{
-			CommitmentId: "c1", Action: action, AuthorityScope: "test", Reason: "done",
-			ModeVersion: handoff.ModeVersion, ConfigurationVersion: "cfg-1", OutcomePositive: positive,
-		},
-	}
+	return modetest.Commitment(msg(coord.TypeCommitment, sender, nil), handoff.ModeVersion, "handoff.accepted", "handoff.declined", positive)
 }
 
 // Step constructors: ok expects acceptance, rej a code.
-func ok(in modetest.Input, note string) modetest.Step { return modetest.Step{Input: in, Note: note} }
-
-func rej(in modetest.Input, code coord.Code, note string) modetest.Step {
-	return modetest.Step{Input: in, Want: code, Note: note}
-}
+var ok, rej = modetest.Ok, modetest.Rej
 
 // gen is the Handoff Mode generator for randomized runs and fuzzing: mostly
 // well-formed messages over small id pools, biased so that offers, answers,
@@ -127,7 +90,7 @@ func (gen) Binding(r *modetest.Rand) *mode.Binding {
 	if r.Bool() { // the owner need not be listed first
 		participants[0], participants[n] = participants[n], participants[0]
 	}
-	return bindingFor(nilTB{}, genPolicies[r.Intn(len(genPolicies))], owner, participants...)
+	return bindingFor(nil, genPolicies[r.Intn(len(genPolicies))], owner, participants...)
 }
 
 func (gen) Next(r *modetest.Rand, b *mode.Binding, seq int) modetest.Input {
@@ -172,13 +135,4 @@ func (gen) Next(r *modetest.Rand, b *mode.Binding, seq int) modetest.Input {
 	}
 	in.Msg.ID = fmt.Sprintf("m%d", seq)
 	return in
-}
-
-// nilTB lets the generator build bindings outside a test; bindingFor only
-// calls Fatalf on a bad fixed policy, which is a programming error.
-type nilTB struct{ testing.TB }
-
-func (nilTB) Helper() {}
-func (nilTB) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(format, args...))
 }

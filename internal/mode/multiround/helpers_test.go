@@ -4,12 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 
-	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/modetest"
 	"github.com/macpd/macpd/internal/mode/multiround"
-	"github.com/macpd/macpd/internal/policy"
 )
 
 const (
@@ -39,12 +37,7 @@ func binding(participants ...string) *mode.Binding {
 	if participants == nil {
 		participants = []string{alice, bob}
 	}
-	pol := policy.MustDefault()
-	return &mode.Binding{
-		SessionID: "s1", Mode: multiround.ModeID, ModeVersion: multiround.ModeVersion,
-		ConfigurationVersion: "cfg-1", PolicyVersion: pol.Descriptor.ID, Policy: pol,
-		Initiator: coordinator, Participants: participants,
-	}
+	return modetest.Binding(nil, multiround.ModeID, multiround.ModeVersion, "", "", coordinator, participants)
 }
 
 // contributeIn builds a Contribute with the CONF-11 encoding: UTF-8 JSON
@@ -62,24 +55,10 @@ func rawIn(typ, sender string, payload []byte) modetest.Input {
 }
 
 func commitIn(sender string, positive bool) modetest.Input {
-	action := "multi_round.converged"
-	if !positive {
-		action = "multi_round.abandoned"
-	}
-	return modetest.Input{
-		Msg: msg(coord.TypeCommitment, sender, nil),
-		Commitment: &macpv1.CommitmentPayload{
-			CommitmentId: "c1", Action: action, AuthorityScope: "test", Reason: "done",
-			ModeVersion: multiround.ModeVersion, ConfigurationVersion: "cfg-1", OutcomePositive: positive,
-		},
-	}
+	return modetest.Commitment(msg(coord.TypeCommitment, sender, nil), multiround.ModeVersion, "multi_round.converged", "multi_round.abandoned", positive)
 }
 
-func ok(in modetest.Input, note string) modetest.Step { return modetest.Step{Input: in, Note: note} }
-
-func rej(in modetest.Input, code coord.Code, note string) modetest.Step {
-	return modetest.Step{Input: in, Want: code, Note: note}
-}
+var ok, rej = modetest.Ok, modetest.Rej
 
 // badPayloads are Contribute payloads parseContribute refuses.
 var badPayloads = [][]byte{

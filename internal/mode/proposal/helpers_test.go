@@ -4,15 +4,11 @@ import (
 	"fmt"
 	"testing"
 
-	"google.golang.org/protobuf/proto"
-
 	proposalv1 "github.com/macpd/macpd/gen/macp/modes/proposal/v1"
-	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/modetest"
 	"github.com/macpd/macpd/internal/mode/proposal"
-	"github.com/macpd/macpd/internal/policy"
 )
 
 const (
@@ -32,31 +28,12 @@ func msg(typ, sender string, payload []byte) mode.Message {
 	return mode.Message{Type: typ, ID: fmt.Sprintf("m%d", msgSeq), Sender: sender, Payload: payload}
 }
 
-func marshal(m proto.Message) []byte {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		panic(err)
-	}
-	return b
-}
+var marshal = modetest.Marshal
 
 // bindingFor returns a proposal binding with the given policy rules JSON
 // ("" = policy.default), initiator and participants.
 func bindingFor(t testing.TB, rules, initiator string, participants ...string) *mode.Binding {
-	t.Helper()
-	pol := policy.MustDefault()
-	if rules != "" {
-		var err error
-		pol, err = policy.Parse(policy.Descriptor{ID: "policy.test.rules", Mode: proposal.ModeID, Rules: rules, SchemaVersion: 1})
-		if err != nil {
-			t.Fatalf("policy.Parse(%s): %v", rules, err)
-		}
-	}
-	return &mode.Binding{
-		SessionID: "s1", Mode: proposal.ModeID, ModeVersion: proposal.ModeVersion,
-		ConfigurationVersion: "cfg-1", PolicyVersion: pol.Descriptor.ID, Policy: pol,
-		Initiator: initiator, Participants: participants,
-	}
+	return modetest.Binding(t, proposal.ModeID, proposal.ModeVersion, "policy.test.rules", rules, initiator, participants)
 }
 
 // binding is the spec fixtures' shape: buyer initiates, buyer and seller
@@ -95,25 +72,11 @@ func rawIn(typ, sender string, payload []byte) modetest.Input {
 }
 
 func commitIn(sender string, positive bool) modetest.Input {
-	action := "proposal.accepted"
-	if !positive {
-		action = "proposal.rejected"
-	}
-	return modetest.Input{
-		Msg: msg(coord.TypeCommitment, sender, nil),
-		Commitment: &macpv1.CommitmentPayload{
-			CommitmentId: "c1", Action: action, AuthorityScope: "test", Reason: "done",
-			ModeVersion: proposal.ModeVersion, ConfigurationVersion: "cfg-1", OutcomePositive: positive,
-		},
-	}
+	return modetest.Commitment(msg(coord.TypeCommitment, sender, nil), proposal.ModeVersion, "proposal.accepted", "proposal.rejected", positive)
 }
 
 // Step constructors: ok expects acceptance, rej a code.
-func ok(in modetest.Input, note string) modetest.Step { return modetest.Step{Input: in, Note: note} }
-
-func rej(in modetest.Input, code coord.Code, note string) modetest.Step {
-	return modetest.Step{Input: in, Want: code, Note: note}
-}
+var ok, rej = modetest.Ok, modetest.Rej
 
 // gen is the Proposal Mode generator for randomized runs and fuzzing: mostly
 // well-formed messages over small id pools, biased so that convergence,
@@ -142,7 +105,7 @@ func (gen) Binding(r *modetest.Rand) *mode.Binding {
 	if r.Chance(1, 4) && rules != genPolicies[3] {
 		initiator = coordinator
 	}
-	return bindingFor(nilTB{}, rules, initiator, participants...)
+	return bindingFor(nil, rules, initiator, participants...)
 }
 
 func (gen) Next(r *modetest.Rand, b *mode.Binding, seq int) modetest.Input {
@@ -174,13 +137,4 @@ func (gen) Next(r *modetest.Rand, b *mode.Binding, seq int) modetest.Input {
 	}
 	in.Msg.ID = fmt.Sprintf("m%d", seq)
 	return in
-}
-
-// nilTB lets the generator build bindings outside a test; bindingFor only
-// calls Fatalf on a bad fixed policy, which is a programming error.
-type nilTB struct{ testing.TB }
-
-func (nilTB) Helper() {}
-func (nilTB) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(format, args...))
 }

@@ -7,12 +7,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	quorumv1 "github.com/macpd/macpd/gen/macp/modes/quorum/v1"
-	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/modetest"
 	"github.com/macpd/macpd/internal/mode/quorum"
-	"github.com/macpd/macpd/internal/policy"
 )
 
 const (
@@ -43,35 +41,16 @@ func msg(typ, sender string, payload []byte) mode.Message {
 	return mode.Message{Type: typ, ID: fmt.Sprintf("m%d", msgSeq), Sender: sender, Payload: payload}
 }
 
-func marshal(m proto.Message) []byte {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		panic(err)
-	}
-	return b
-}
+var marshal = modetest.Marshal
 
 // binding returns a quorum binding with the given policy rules JSON ("" =
 // policy.default) and participants (default alice, bob, carol); the
 // coordinator initiates and is not listed.
 func binding(t testing.TB, rules string, participants ...string) *mode.Binding {
-	t.Helper()
 	if participants == nil {
 		participants = []string{alice, bob, carol}
 	}
-	pol := policy.MustDefault()
-	if rules != "" {
-		var err error
-		pol, err = policy.Parse(policy.Descriptor{ID: "policy.test.quorum", Mode: quorum.ModeID, Rules: rules, SchemaVersion: 1})
-		if err != nil {
-			t.Fatalf("policy.Parse(%s): %v", rules, err)
-		}
-	}
-	return &mode.Binding{
-		SessionID: "s1", Mode: quorum.ModeID, ModeVersion: quorum.ModeVersion,
-		ConfigurationVersion: "cfg-1", PolicyVersion: pol.Descriptor.ID, Policy: pol,
-		Initiator: coordinator, Participants: participants,
-	}
+	return modetest.Binding(t, quorum.ModeID, quorum.ModeVersion, "policy.test.quorum", rules, coordinator, participants)
 }
 
 func requestIn(sender, id string, required uint32) modetest.Input {
@@ -102,24 +81,10 @@ func rawIn(typ, sender string, payload []byte) modetest.Input {
 }
 
 func commitIn(sender string, positive bool) modetest.Input {
-	action := "quorum.approved"
-	if !positive {
-		action = "quorum.rejected"
-	}
-	return modetest.Input{
-		Msg: msg(coord.TypeCommitment, sender, nil),
-		Commitment: &macpv1.CommitmentPayload{
-			CommitmentId: "c1", Action: action, AuthorityScope: "test", Reason: "done",
-			ModeVersion: quorum.ModeVersion, ConfigurationVersion: "cfg-1", OutcomePositive: positive,
-		},
-	}
+	return modetest.Commitment(msg(coord.TypeCommitment, sender, nil), quorum.ModeVersion, "quorum.approved", "quorum.rejected", positive)
 }
 
-func ok(in modetest.Input, note string) modetest.Step { return modetest.Step{Input: in, Note: note} }
-
-func rej(in modetest.Input, code coord.Code, note string) modetest.Step {
-	return modetest.Step{Input: in, Want: code, Note: note}
-}
+var ok, rej = modetest.Ok, modetest.Rej
 
 // gen is the Quorum Mode generator for randomized runs and fuzzing: mostly
 // well-formed ballots from the declared participants on the one request id,
@@ -142,7 +107,7 @@ var genVoters = []string{alice, bob, carol, dave}
 func (gen) Binding(r *modetest.Rand) *mode.Binding {
 	n := 3 + r.Intn(2)
 	participants := append([]string(nil), genVoters[:n]...)
-	b := binding(nilTB{}, genPolicies[r.Intn(len(genPolicies))], participants...)
+	b := binding(nil, genPolicies[r.Intn(len(genPolicies))], participants...)
 	if r.Chance(1, 4) {
 		b.Initiator = alice
 	}
@@ -181,13 +146,4 @@ func (gen) Next(r *modetest.Rand, b *mode.Binding, seq int) modetest.Input {
 	}
 	in.Msg.ID = fmt.Sprintf("m%d", seq)
 	return in
-}
-
-// nilTB lets the generator build bindings outside a test; binding() only
-// calls Fatalf on a bad fixed policy, which is a programming error.
-type nilTB struct{ testing.TB }
-
-func (nilTB) Helper() {}
-func (nilTB) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(format, args...))
 }

@@ -8,12 +8,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	taskv1 "github.com/macpd/macpd/gen/macp/modes/task/v1"
-	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/modetest"
 	"github.com/macpd/macpd/internal/mode/task"
-	"github.com/macpd/macpd/internal/policy"
 )
 
 const (
@@ -42,34 +40,15 @@ func msg(typ, sender string, payload []byte) mode.Message {
 	return mode.Message{Type: typ, ID: fmt.Sprintf("m%d", msgSeq), Sender: sender, Payload: payload}
 }
 
-func marshal(m proto.Message) []byte {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		panic(err)
-	}
-	return b
-}
+var marshal = modetest.Marshal
 
 // binding returns a task binding with the given policy rules JSON ("" =
 // policy.default) and participants (default planner, worker, w2).
 func binding(t testing.TB, rules string, participants ...string) *mode.Binding {
-	t.Helper()
 	if participants == nil {
 		participants = []string{planner, worker, w2}
 	}
-	pol := policy.MustDefault()
-	if rules != "" {
-		var err error
-		pol, err = policy.Parse(policy.Descriptor{ID: "policy.test.task", Mode: task.ModeID, Rules: rules, SchemaVersion: 1})
-		if err != nil {
-			t.Fatalf("policy.Parse(%s): %v", rules, err)
-		}
-	}
-	return &mode.Binding{
-		SessionID: "s1", Mode: task.ModeID, ModeVersion: task.ModeVersion,
-		ConfigurationVersion: "cfg-1", PolicyVersion: pol.Descriptor.ID, Policy: pol,
-		Initiator: planner, Participants: participants,
-	}
+	return modetest.Binding(t, task.ModeID, task.ModeVersion, "policy.test.task", rules, planner, participants)
 }
 
 func in(typ, sender string, m proto.Message) modetest.Input {
@@ -109,24 +88,10 @@ func rawIn(typ, sender string, payload []byte) modetest.Input {
 }
 
 func commitIn(sender string, positive bool) modetest.Input {
-	action := "task.completed"
-	if !positive {
-		action = "task.failed"
-	}
-	return modetest.Input{
-		Msg: msg(coord.TypeCommitment, sender, nil),
-		Commitment: &macpv1.CommitmentPayload{
-			CommitmentId: "c1", Action: action, AuthorityScope: "test", Reason: "done",
-			ModeVersion: task.ModeVersion, ConfigurationVersion: "cfg-1", OutcomePositive: positive,
-		},
-	}
+	return modetest.Commitment(msg(coord.TypeCommitment, sender, nil), task.ModeVersion, "task.completed", "task.failed", positive)
 }
 
-func ok(in modetest.Input, note string) modetest.Step { return modetest.Step{Input: in, Note: note} }
-
-func rej(in modetest.Input, code coord.Code, note string) modetest.Step {
-	return modetest.Step{Input: in, Want: code, Note: note}
-}
+var ok, rej = modetest.Ok, modetest.Rej
 
 // gen is the Task Mode generator for randomized runs and fuzzing: mostly
 // well-formed messages from plausible senders over a tiny task-id pool, so
@@ -149,7 +114,7 @@ func (gen) Binding(r *modetest.Rand) *mode.Binding {
 	if r.Bool() {
 		participants = append([]string{planner}, participants...)
 	}
-	return binding(nilTB{}, genPolicies[r.Intn(len(genPolicies))], participants...)
+	return binding(nil, genPolicies[r.Intn(len(genPolicies))], participants...)
 }
 
 func (gen) Next(r *modetest.Rand, b *mode.Binding, seq int) modetest.Input {
@@ -204,13 +169,4 @@ func (gen) Next(r *modetest.Rand, b *mode.Binding, seq int) modetest.Input {
 	}
 	in.Msg.ID = fmt.Sprintf("m%d", seq)
 	return in
-}
-
-// nilTB lets the generator build bindings outside a test; binding() only
-// calls Fatalf on a bad fixed policy, which is a programming error.
-type nilTB struct{ testing.TB }
-
-func (nilTB) Helper() {}
-func (nilTB) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(format, args...))
 }
