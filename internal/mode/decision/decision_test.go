@@ -602,21 +602,8 @@ func TestRejectedLeavesProjectUnchanged(t *testing.T) {
 		voteIn(alice, "p1", "REJECT"), evalIn(bob, "p1", "APPROVE", 1), objIn(bob, "p1", "low"), propIn(bob, "p3", "x"),
 	}
 	check := func(ins []modetest.Input) {
-		for _, in := range ins {
-			before := st.Project()
-			var err error
-			if in.Commitment != nil {
-				err = st.Commit(b, &in.Msg, in.Commitment)
-			} else {
-				err = st.Step(b, &in.Msg)
-			}
-			if err == nil {
-				t.Fatalf("%v accepted, want a rejection", in)
-			}
-			if after := st.Project(); !reflect.DeepEqual(before, after) {
-				t.Errorf("%v rejected (%v) but changed the state:\nbefore %v\nafter  %v", in, err, before, after)
-			}
-		}
+		t.Helper()
+		modetest.RejectUnchanged(t, st, b, ins...)
 	}
 	check(rejects)
 	v := voteIn(alice, "p1", "APPROVE")

@@ -382,21 +382,7 @@ func TestRejectedLeavesProjectUnchanged(t *testing.T) {
 	}
 	check := func(ins ...modetest.Input) {
 		t.Helper()
-		for _, in := range ins {
-			before := st.Project()
-			var err error
-			if in.Commitment != nil {
-				err = st.Commit(b, &in.Msg, in.Commitment)
-			} else {
-				err = st.Step(b, &in.Msg)
-			}
-			if err == nil {
-				t.Fatalf("%v accepted, want a rejection", in)
-			}
-			if after := st.Project(); !reflect.DeepEqual(before, after) {
-				t.Errorf("%v rejected (%v) but changed the state:\nbefore %v\nafter  %v", in, err, before, after)
-			}
-		}
+		modetest.RejectUnchanged(t, st, b, ins...)
 	}
 	check(
 		offerIn(target, "h3", third), offerIn(owner, "h3", third), offerIn(owner, "h1", third), offerIn(owner, "", third),

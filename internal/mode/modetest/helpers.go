@@ -2,6 +2,7 @@ package modetest
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -72,3 +73,35 @@ func Ok(in Input, note string) Step { return Step{Input: in, Note: note} }
 
 // Rej is a step expected to be rejected with code.
 func Rej(in Input, code coord.Code, note string) Step { return Step{Input: in, Want: code, Note: note} }
+
+// RejectUnchanged offers each input to st (Commit for a Commitment, Step
+// otherwise) and requires a rejection that leaves Project() deeply equal
+// ("on error nothing changed", the mode.State contract).
+func RejectUnchanged(t testing.TB, st mode.State, b *mode.Binding, ins ...Input) {
+	t.Helper()
+	for _, in := range ins {
+		before := st.Project()
+		var err error
+		if in.Commitment != nil {
+			err = st.Commit(b, &in.Msg, in.Commitment)
+		} else {
+			err = st.Step(b, &in.Msg)
+		}
+		if err == nil {
+			t.Fatalf("%v accepted, want a rejection", in)
+		}
+		if after := st.Project(); !reflect.DeepEqual(before, after) {
+			t.Errorf("%v rejected (%v) but changed the state:\nbefore %v\nafter  %v", in, err, before, after)
+		}
+	}
+}
+
+// Apply steps each input into st and fails t on the first rejection.
+func Apply(t testing.TB, st mode.State, b *mode.Binding, ins ...Input) {
+	t.Helper()
+	for _, in := range ins {
+		if err := st.Step(b, &in.Msg); err != nil {
+			t.Fatalf("%v: %v", in, err)
+		}
+	}
+}

@@ -175,21 +175,7 @@ func TestRejectedLeavesProjectUnchanged(t *testing.T) {
 	}
 	check := func(ins ...modetest.Input) {
 		t.Helper()
-		for _, in := range ins {
-			before := st.Project()
-			var err error
-			if in.Commitment != nil {
-				err = st.Commit(b, &in.Msg, in.Commitment)
-			} else {
-				err = st.Step(b, &in.Msg)
-			}
-			if err == nil {
-				t.Fatalf("%v accepted, want a rejection", in)
-			}
-			if after := st.Project(); !reflect.DeepEqual(before, after) {
-				t.Errorf("%v rejected (%v) but changed the state:\nbefore %v\nafter  %v", in, err, before, after)
-			}
-		}
+		modetest.RejectUnchanged(t, st, b, ins...)
 	}
 	rejects := []modetest.Input{contributeIn(outsider, "a"), commitIn(coordinator, true), rawIn("Bogus", alice, nil)}
 	for _, p := range badPayloads {

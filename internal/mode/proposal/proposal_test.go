@@ -572,28 +572,14 @@ func TestRejectedLeavesProjectUnchanged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, in := range []modetest.Input{
+	modetest.RejectUnchanged(t, st, b,
 		propIn(outsider, "p3"), propIn(seller, "p1"), propIn(seller, ""), rawIn(proposal.TypeProposal, seller, garbage),
 		counterIn(outsider, "c2", "p1"), counterIn(buyer, "c2", ""), counterIn(buyer, "c2", "zz"), counterIn(buyer, "c2", "p1"),
 		acceptIn(outsider, "p1"), acceptIn(buyer, "zz"), acceptIn(buyer, "p2"),
 		rejectIn(outsider, "p1", true), rejectIn(buyer, "zz", true),
 		withdrawIn(outsider, "p1"), withdrawIn(buyer, "p1"), withdrawIn(broker, "p2"), withdrawIn(buyer, "zz"),
 		rawIn("Bogus", buyer, nil), commitIn(buyer, true), commitIn(buyer, false),
-	} {
-		before := st.Project()
-		var err error
-		if in.Commitment != nil {
-			err = st.Commit(b, &in.Msg, in.Commitment)
-		} else {
-			err = st.Step(b, &in.Msg)
-		}
-		if err == nil {
-			t.Fatalf("%v accepted, want a rejection", in)
-		}
-		if after := st.Project(); !reflect.DeepEqual(before, after) {
-			t.Errorf("%v rejected (%v) but changed the state:\nbefore %v\nafter  %v", in, err, before, after)
-		}
-	}
+	)
 }
 
 // TestAfterCommit: a committed state refuses everything with

@@ -525,29 +525,11 @@ func TestRejectedLeavesProjectUnchanged(t *testing.T) {
 	}
 	check := func(ins ...modetest.Input) {
 		t.Helper()
-		for _, in := range ins {
-			before := st.Project()
-			var err error
-			if in.Commitment != nil {
-				err = st.Commit(b, &in.Msg, in.Commitment)
-			} else {
-				err = st.Step(b, &in.Msg)
-			}
-			if err == nil {
-				t.Fatalf("%v accepted, want a rejection", in)
-			}
-			if after := st.Project(); !reflect.DeepEqual(before, after) {
-				t.Errorf("%v rejected (%v) but changed the state:\nbefore %v\nafter  %v", in, err, before, after)
-			}
-		}
+		modetest.RejectUnchanged(t, st, b, ins...)
 	}
 	apply := func(ins ...modetest.Input) {
 		t.Helper()
-		for _, in := range ins {
-			if err := st.Step(b, &in.Msg); err != nil {
-				t.Fatalf("%v: %v", in, err)
-			}
-		}
+		modetest.Apply(t, st, b, ins...)
 	}
 	check(approveIn(alice, "r1"), requestIn(alice, "r1", 1), requestIn(coordinator, "r1", 0), commitIn(coordinator, true))
 	apply(requestIn(coordinator, "r1", 1))
