@@ -95,6 +95,39 @@ func TestFlippedRecordByte(t *testing.T) {
 	}
 }
 
+// A quarantine mark written before a reopen is still honoured after it, by
+// Info, Append and Purge as well as List, in a writable and a read-only
+// store. The damage is in the middle of the history, where only Read finds
+// it, so only the mark can tell. (That a mark written during the process is
+// honoured without a reopen is wantQuarantined in TestFlippedRecordByte.)
+func TestQuarantineMarkAfterReopen(t *testing.T) {
+	s, fs := damaged(t, func(db *pebble.DB) {
+		k := pebblestore.RecordKey(victim, 2)
+		v := rawGet(t, db, k)
+		v[len(v)/2] ^= 0x10
+		rawSet(t, db, k, v)
+	})
+	if info, err := s.Info(ctx, victim); err != nil || info.Quarantined != "" {
+		t.Fatalf("Info before the damage is found = %+v, %v; want not quarantined", info, err)
+	}
+	wantCorrupt(t, s.Read(ctx, victim, 1, func(session.Record) error { return nil }), "Read")
+	_ = s.Close()
+	for _, ro := range []bool{false, true} {
+		s := mustOpen(t, "db", pebblestore.Options{FS: fs, ReadOnly: ro})
+		info, err := s.Info(ctx, victim)
+		if err != nil || !strings.Contains(info.Quarantined, "record 2") || info.LastSeq != 6 {
+			t.Fatalf("read-only %v: Info(victim) = %+v, %v; want Quarantined naming record 2", ro, info, err)
+		}
+		if info, err := s.Info(ctx, bystander); err != nil || info.Quarantined != "" {
+			t.Fatalf("read-only %v: Info(bystander) = %+v, %v", ro, info, err)
+		}
+		if !ro {
+			wantQuarantined(t, s, "record 2")
+		}
+		_ = s.Close()
+	}
+}
+
 // Damage a read-only store finds is reported, and not marked.
 func TestReadOnlyDoesNotMark(t *testing.T) {
 	fs := vfs.NewMem()

@@ -55,7 +55,9 @@
 // Purge refuse it. The store also writes the quarantine mark q/<id> (unless
 // opened read-only), so the session stays listed as quarantined even when
 // nothing reads its history again; nothing is ever deleted or repaired
-// silently. Sessions whose records exist without an index entry, or whose
+// silently. The marks are also kept in memory (all read at Open, added to
+// as they are written; they are expected to be few), so that Append, Info
+// and Purge check for one without a Pebble read. Sessions whose records exist without an index entry, or whose
 // index entry has no records, are listed as quarantined too.
 //
 // # Failed writes: fail closed

@@ -70,6 +70,15 @@ type Store struct {
 	tips map[string]tip
 	// scratch is Append's reusable working memory (guarded by wmu).
 	scratch appendScratch
+
+	// marks mirrors the quarantine marks (q/<id> -> reason): loaded at
+	// Open, added to by markLocked once its mark is committed (marks are
+	// never deleted), so that Append, Info and Purge need no Pebble read
+	// to check for one. Written under wmu and mu; read under mu.
+	marks struct {
+		sync.RWMutex
+		m map[string]string
+	}
 }
 
 type tip struct {
@@ -182,7 +191,32 @@ func Open(dir string, o Options) (*Store, error) {
 		_ = s.closeDB()
 		return nil, err
 	}
+	if err := s.loadMarks(); err != nil {
+		_ = s.closeDB()
+		return nil, err
+	}
 	return s, nil
+}
+
+// loadMarks reads every quarantine mark into s.marks (Open).
+func (s *Store) loadMarks() error {
+	s.marks.m = make(map[string]string)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(quarPrefix), UpperBound: prefixEnd([]byte(quarPrefix))})
+	if err != nil {
+		return err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return fmt.Errorf("pebblestore: reading the quarantine marks: %w", err)
+		}
+		s.marks.m[string(it.Key()[len(quarPrefix):])] = string(v)
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return fmt.Errorf("pebblestore: reading the quarantine marks: %w", err)
+	}
+	return s.fail.get()
 }
 
 // checkFormat writes the format marker into a new store and refuses a

@@ -26,13 +26,12 @@ func get(r pebble.Reader, key []byte) ([]byte, bool, error) {
 	return bytes.Clone(v), true, nil
 }
 
-// quarantined returns a session's quarantine reason ("" if none).
-func (s *Store) quarantined(r pebble.Reader, id string) (string, error) {
-	v, ok, err := get(r, quarKey(id))
-	if err != nil || !ok {
-		return "", err
-	}
-	return string(v), nil
+// quarantined returns a session's quarantine reason ("" if none), from
+// the in-memory copy of the marks (Store.marks).
+func (s *Store) quarantined(id string) string {
+	s.marks.RLock()
+	defer s.marks.RUnlock()
+	return s.marks.m[id]
 }
 
 // checkedIndex returns a session's index entry, checked against its last
@@ -220,12 +219,10 @@ func (s *Store) Info(ctx context.Context, id string) (store.SessionInfo, error) 
 	if !store.ValidSessionID(id) {
 		return store.SessionInfo{}, store.ErrNotFound
 	}
+	reason := s.quarantined(id)
+	// The index entry and the last record are read from one snapshot, as
+	// they are checked against each other.
 	snap := s.db.NewSnapshot()
-	reason, err := s.quarantined(snap, id)
-	if err != nil {
-		snap.Close()
-		return store.SessionInfo{}, err
-	}
 	info, err := s.checkedIndex(snap, id)
 	snap.Close()
 	switch {

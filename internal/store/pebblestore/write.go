@@ -193,9 +193,7 @@ func (s *Store) loadTip(id string) (tip, error) {
 	if t, ok := s.tips[id]; ok {
 		return t, nil
 	}
-	if reason, err := s.quarantined(s.db, id); err != nil {
-		return tip{}, err
-	} else if reason != "" {
+	if reason := s.quarantined(id); reason != "" {
 		return tip{}, record.Corruptf(id, 0, "quarantined: %s", reason)
 	}
 	info, err := s.checkedIndex(s.db, id)
@@ -230,9 +228,7 @@ func (s *Store) Purge(ctx context.Context, id string) error {
 	if err := s.writable(); err != nil {
 		return err
 	}
-	if reason, err := s.quarantined(s.db, id); err != nil {
-		return err
-	} else if reason != "" {
+	if reason := s.quarantined(id); reason != "" {
 		return record.Corruptf(id, 0, "quarantined, kept as evidence: %s", reason)
 	}
 	info, err := s.checkedIndex(s.db, id)
@@ -329,21 +325,28 @@ func asCorrupt(id string, err error) (error, bool) {
 	return err, false
 }
 
-// markLocked writes the quarantine mark of a session (once); the caller
-// holds wmu. A failure to write it fails the store like any write.
+// markLocked writes the quarantine mark of a session (once) and adds it
+// to s.marks once committed; the caller holds wmu. A failure to write it
+// fails the store like any write.
 func (s *Store) markLocked(id string, cause error) {
 	if s.writable() != nil {
 		return
 	}
 	delete(s.tips, id)
-	if reason, err := s.quarantined(s.db, id); err != nil || reason != "" {
+	if s.quarantined(id) != "" {
 		return
 	}
 	s.log.Error("session quarantined: its history failed verification", "session", id, "err", cause)
+	reason := cause.Error()
 	b := s.db.NewBatch()
 	defer b.Close()
-	if err := b.Set(quarKey(id), []byte(cause.Error()), nil); err != nil {
+	if err := b.Set(quarKey(id), []byte(reason), nil); err != nil {
 		return
 	}
-	_ = s.commit(b)
+	if s.commit(b) != nil {
+		return
+	}
+	s.marks.Lock()
+	s.marks.m[id] = reason
+	s.marks.Unlock()
 }
