@@ -124,6 +124,8 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 		EvictAfter:                  cfg.EvictAfter,
 		Logger:                      log,
 		Metrics:                     rm,
+		// Send's bound (the server leaves it out of its per-call context).
+		CommitTimeout: cfg.Limits.UnaryTimeout,
 	})
 	// Authenticators in chain order (JWT, static tokens, client
 	// certificate, dev identities last); see auth.FromConfig.

@@ -507,3 +507,30 @@ func TestDoomedRecordsDoNotFailOtherSessions(t *testing.T) {
 		t.Fatalf("a stored %v", ids)
 	}
 }
+
+// Options.CommitTimeout bounds a Send's wait for a stuck store (the
+// server's unary limit, applied without a per-call context): the caller
+// gets INTERNAL_ERROR, never ok=true, and the record, once it lands, is
+// settled as if the caller had left (the next message sees it).
+func TestCommitTimeoutBoundsTheWait(t *testing.T) {
+	st := newFaultStore()
+	r := newRT(t, st, Options{CommitTimeout: 50 * time.Millisecond})
+	sid := openSession(t, r, 0)
+	stall := st.block(sid, false)
+	start := time.Now()
+	ch := sendAsync(r, context.Background(), aliceID, proposalEnv(sid, "m2"))
+	waitEntered(t, stall)
+	wantCode(t, recv(t, ch, "timed-out ack"), coord.CodeInternalError)
+	if waited := time.Since(start); waited < 50*time.Millisecond {
+		t.Fatalf("answered after %v, before the commit timeout", waited)
+	}
+	stall.release()
+	// The record was written after all: a resend is a duplicate of it.
+	eventually(t, 2*time.Second, "the resend to be answered as a duplicate", func() bool {
+		ack := r.Send(context.Background(), aliceID, proposalEnv(sid, "m2"))
+		return ack.Ok && ack.Duplicate
+	})
+	if ids := storedIDs(t, st, sid); !slices.Equal(ids, []string{"m0", "m1", "m2"}) {
+		t.Fatalf("store holds %v", ids)
+	}
+}

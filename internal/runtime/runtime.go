@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -52,6 +53,13 @@ type Options struct {
 	// Metrics, if set, counts commits and exports session gauges
 	// (metrics.go); nil counts nothing.
 	Metrics *Metrics
+	// CommitTimeout bounds how long a call waits for its records to become
+	// durable (a stuck disk): after it the call is answered with an error
+	// and its records, if they land later, are not acknowledged. 0 leaves
+	// only the caller's context. The server sets it to the unary call
+	// limit, so that Send needs no per-call context of its own (a timer
+	// here costs a fraction of context.WithTimeout on the hot path).
+	CommitTimeout time.Duration
 }
 
 func (o *Options) ensureDefaults() {
@@ -617,6 +625,21 @@ func (r *Runtime) step(ctx context.Context, env *macpv1.Envelope) *macpv1.Ack {
 // not nil, runs with the commit's outcome either way (in the background if
 // ctx ended first), so follow-ups do not depend on the caller's patience.
 func (r *Runtime) await(ctx context.Context, done chan error, then func(error)) error {
+	var expired <-chan time.Time
+	if d := r.opts.CommitTimeout; d > 0 {
+		select { // answered already: no timer
+		case err := <-done:
+			if then != nil {
+				then(err)
+			}
+			return err
+		default:
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		expired = t.C
+	}
+	var err error
 	select {
 	case err := <-done:
 		if then != nil {
@@ -624,12 +647,18 @@ func (r *Runtime) await(ctx context.Context, done chan error, then func(error)) 
 		}
 		return err
 	case <-ctx.Done():
-		if then != nil {
-			go func() { then(<-done) }()
-		}
-		return ctx.Err()
+		err = ctx.Err()
+	case <-expired:
+		err = errCommitTimeout
 	}
+	if then != nil {
+		go func() { then(<-done) }()
+	}
+	return err
 }
+
+// errCommitTimeout: a commit took longer than Options.CommitTimeout.
+var errCommitTimeout = fmt.Errorf("runtime: the store did not confirm the write in time: %w", context.DeadlineExceeded)
 
 func (r *Runtime) terminalEvent(s *session.Session, now int64) LifecycleEvent {
 	t := macpv1.SessionLifecycleEvent_EVENT_TYPE_EXPIRED

@@ -168,6 +168,12 @@ func (s *Service) StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.St
 	return err
 }
 
+// Stream workers: enough for the unary calls a busy server has in flight.
+const (
+	streamWorkersPerCPU = 64
+	minStreamWorkers    = 128
+)
+
 // NewGRPCServer builds a grpc.Server with the service, health and
 // reflection registered. extra options are appended (credentials, ...).
 func (s *Service) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *health.Server) {
@@ -182,9 +188,13 @@ func (s *Service) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *heal
 	// A pool of stream workers instead of a new goroutine per RPC: a
 	// worker's stack has already grown to what a Send needs, where a fresh
 	// goroutine copies its stack several times per call (runtime.copystack
-	// was ~5% of the server's CPU under load). When every worker is busy
-	// (long-lived streams), grpc-go starts a goroutine as before.
-	opts = append(opts, grpc.NumStreamWorkers(uint32(goruntime.GOMAXPROCS(0))))
+	// was ~5% of the server's CPU under load). A Send holds its worker
+	// while its commit syncs, so the pool must cover the calls in flight,
+	// not the CPUs: with one worker per CPU nearly every call found them
+	// busy and got a fresh goroutine after all. When every worker is busy
+	// (more calls in flight, long-lived streams), grpc-go starts a
+	// goroutine as before. An idle worker costs a parked goroutine.
+	opts = append(opts, grpc.NumStreamWorkers(uint32(max(streamWorkersPerCPU*goruntime.GOMAXPROCS(0), minStreamWorkers))))
 	g := grpc.NewServer(append(opts, extra...)...)
 	macpv1.RegisterMACPRuntimeServiceServer(g, s)
 	hs := health.NewServer()
