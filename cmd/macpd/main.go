@@ -52,7 +52,7 @@ func run(args []string, stderr io.Writer) error {
 		return nil
 	}
 	log := app.NewLogger(cfg, stderr)
-	gctune.Apply(cfg.GCPercent, cfg.MemoryLimit, gctune.OS, log)
+	gctune.Apply(cfg.GCPercent, cfg.MemoryLimit, cfg.GCMinHeap, gctune.OS, log)
 	a, err := app.New(cfg, log)
 	if err != nil {
 		return err

@@ -68,6 +68,11 @@ type Config struct {
 	// GCPercent is the Go collector's GC percent for the macpd process
 	// (MACP_GC_PERCENT); the GOGC environment variable, when set, wins.
 	GCPercent int
+	// GCMinHeap is the smallest heap target the collector is paced to, in
+	// bytes (MACP_GC_MIN_HEAP_BYTES), 0 = none: while the live heap is
+	// small the GC percent is raised so that a collection waits for at
+	// least this much heap (gctune.Floor). Not applied when GOGC is set.
+	GCMinHeap int64
 	// MemoryLimit is the Go runtime's soft memory limit in bytes, 0 =
 	// automatic: 90% of the cgroup memory limit, if any
 	// (MACP_MEMORY_LIMIT_BYTES); GOMEMLIMIT, when set, wins.
@@ -96,6 +101,7 @@ func Default() Config {
 		StreamHeartbeat: 100 * time.Millisecond,
 		EvictAfter:      5 * time.Minute,
 		GCPercent:       200,
+		GCMinHeap:       64 << 20,
 		Limits:          DefaultLimits(),
 	}
 }
@@ -165,6 +171,9 @@ func (c *Config) Validate() error {
 	}
 	if c.GCPercent < 10 || c.GCPercent > 10000 {
 		bad("MACP_GC_PERCENT (--gc-percent) %d must be between 10 and 10000", c.GCPercent)
+	}
+	if c.GCMinHeap < 0 {
+		bad("MACP_GC_MIN_HEAP_BYTES (--gc-min-heap) %d must not be negative (0 = none)", c.GCMinHeap)
 	}
 	if c.MemoryLimit < 0 {
 		bad("MACP_MEMORY_LIMIT_BYTES (--memory-limit) %d must not be negative (0 = automatic)", c.MemoryLimit)
@@ -257,6 +266,14 @@ func (c *Config) FromEnv(lookup Env) error {
 	str("MACP_ADMIN_ADDR", &c.AdminAddr)
 	boolean("MACP_ADMIN_PPROF", &c.AdminPprof)
 	integer("MACP_GC_PERCENT", &c.GCPercent)
+	if v, ok := lookup("MACP_GC_MIN_HEAP_BYTES"); ok && v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("MACP_GC_MIN_HEAP_BYTES: %q is not a number of bytes", v))
+		} else {
+			c.GCMinHeap = n
+		}
+	}
 	if v, ok := lookup("MACP_MEMORY_LIMIT_BYTES"); ok && v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
@@ -304,6 +321,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.AdminAddr, "admin-addr", c.AdminAddr, "admin HTTP listen address for /metrics and /healthz, empty = off; plaintext and unauthenticated, bind it to loopback or a private interface (MACP_ADMIN_ADDR)")
 	fs.BoolVar(&c.AdminPprof, "admin-pprof", c.AdminPprof, "serve the Go profiler under /debug/pprof/ on the admin endpoint; exposes process internals (MACP_ADMIN_PPROF)")
 	fs.IntVar(&c.GCPercent, "gc-percent", c.GCPercent, "Go GC percent of the process; GOGC wins when set (MACP_GC_PERCENT)")
+	fs.Int64Var(&c.GCMinHeap, "gc-min-heap", c.GCMinHeap, "smallest Go heap target in bytes: the GC percent is raised while the live heap is small, 0 = none; not applied when GOGC is set (MACP_GC_MIN_HEAP_BYTES)")
 	fs.Int64Var(&c.MemoryLimit, "memory-limit", c.MemoryLimit, "Go soft memory limit in bytes, 0 = 90% of the cgroup limit if any; GOMEMLIMIT wins when set (MACP_MEMORY_LIMIT_BYTES)")
 	c.registerAuthFlags(fs)
 	c.registerLimitFlags(fs)

@@ -36,6 +36,7 @@ func TestDefault(t *testing.T) {
 		StreamHeartbeat: 100 * time.Millisecond,
 		EvictAfter:      5 * time.Minute,
 		GCPercent:       200,
+		GCMinHeap:       64 << 20,
 		Limits:          DefaultLimits(),
 	}
 	if c != want {
@@ -77,6 +78,7 @@ func TestFromEnvEveryVariable(t *testing.T) {
 		"MACP_ADMIN_PPROF":         "1",
 		"MACP_GC_PERCENT":          "150",
 		"MACP_MEMORY_LIMIT_BYTES":  "1073741824",
+		"MACP_GC_MIN_HEAP_BYTES":   "33554432",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +89,7 @@ func TestFromEnvEveryVariable(t *testing.T) {
 		MaxPayloadBytes: 2048, MaxTTL: time.Minute, MaxParticipants: 7, MaxOpenSessions: 3,
 		StartSkew: 0, LogLevel: "debug", LogFormat: "json", ShutdownGrace: 2500 * time.Millisecond,
 		StreamHeartbeat: 0, EvictAfter: 5 * time.Minute, Limits: DefaultLimits(),
-		AdminAddr: "127.0.0.1:9090", AdminPprof: true, GCPercent: 150, MemoryLimit: 1 << 30,
+		AdminAddr: "127.0.0.1:9090", AdminPprof: true, GCPercent: 150, GCMinHeap: 32 << 20, MemoryLimit: 1 << 30,
 	}
 	if c != want {
 		t.Fatalf("FromEnv\n got %+v\nwant %+v", c, want)
@@ -186,7 +188,7 @@ func TestFlagsOverrideEnv(t *testing.T) {
 	if err := fs.Parse([]string{"--addr", "127.0.0.1:7001", "--insecure=false", "--max-ttl", "2h",
 		"--tls-cert", "c.pem", "--tls-key", "k.pem", "--max-payload-bytes", "100", "--max-open-sessions", "4",
 		"--start-skew", "0s", "--log-format", "json", "--shutdown-grace", "1s", "--memory-only=true", "--data-dir", "d",
-		"--admin-addr", "10.0.0.5:9100", "--admin-pprof", "--gc-percent", "300", "--memory-limit", "2048"}); err != nil {
+		"--admin-addr", "10.0.0.5:9100", "--admin-pprof", "--gc-percent", "300", "--memory-limit", "2048", "--gc-min-heap", "0"}); err != nil {
 		t.Fatal(err)
 	}
 	want := Config{
@@ -248,6 +250,7 @@ func TestValidateListsAllProblems(t *testing.T) {
 		LogFormat:       "xml",
 		AdminAddr:       "9090",
 		MemoryLimit:     -1,
+		GCMinHeap:       -1,
 	}
 	err := c.Validate()
 	if err == nil {
@@ -256,7 +259,7 @@ func TestValidateListsAllProblems(t *testing.T) {
 	for _, s := range []string{
 		"MACP_BIND_ADDR", "MACP_DATA_DIR", "MACP_TLS_KEY_PATH", "MACP_MAX_PAYLOAD_BYTES", "MACP_MAX_TTL_MS",
 		"MACP_MAX_PARTICIPANTS", "MACP_MAX_OPEN_SESSIONS", "MACP_START_SKEW_MS", "MACP_SHUTDOWN_GRACE_MS",
-		"MACP_LOG_LEVEL", "MACP_LOG_FORMAT", "MACP_ADMIN_ADDR", "MACP_GC_PERCENT", "MACP_MEMORY_LIMIT_BYTES",
+		"MACP_LOG_LEVEL", "MACP_LOG_FORMAT", "MACP_ADMIN_ADDR", "MACP_GC_PERCENT", "MACP_MEMORY_LIMIT_BYTES", "MACP_GC_MIN_HEAP_BYTES",
 		`"localhost"`, `"verbose"`, `"xml"`, `"9090"`,
 	} {
 		if !strings.Contains(err.Error(), s) {
@@ -264,8 +267,8 @@ func TestValidateListsAllProblems(t *testing.T) {
 		}
 	}
 	var joined interface{ Unwrap() []error }
-	if !errors.As(err, &joined) || len(joined.Unwrap()) != 14 {
-		t.Errorf("want 14 separate problems, got:\n%v", err)
+	if !errors.As(err, &joined) || len(joined.Unwrap()) != 15 {
+		t.Errorf("want 15 separate problems, got:\n%v", err)
 	}
 }
 

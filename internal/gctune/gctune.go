@@ -1,13 +1,15 @@
 // Package gctune sets the Go garbage collector's pace for the macpd
-// process: its GC percent (how much the heap may grow between collections)
-// and a soft memory limit.
+// process: its GC percent (how much the heap may grow between collections),
+// a minimum heap target (Floor) and a soft memory limit.
 //
 // Contract: Apply is called once by the macpd command, never by library
 // code (the settings are process-wide). The GOGC and GOMEMLIMIT environment
 // variables, when set, win over the configuration: the Go runtime already
 // applied them, and Apply leaves each one alone. With MemoryLimit 0 the
 // limit is automatic: 90% of the cgroup (v2 memory.max, v1
-// memory.limit_in_bytes) limit when the process has one, else none.
+// memory.limit_in_bytes) limit when the process has one, else none. The
+// minimum heap (Floor) applies only to a configured percent (not GOGC) and
+// is capped at a quarter of the memory limit.
 //
 // Why: the accept path allocates a few KiB per acknowledged envelope
 // (gRPC framing, decoding, records) while sessions keep a live heap of
@@ -32,6 +34,8 @@ type Settings struct {
 	GCFrom      string // "GOGC", "config"
 	MemoryLimit int64  // bytes; math.MaxInt64 = none
 	LimitFrom   string // "GOMEMLIMIT", "config", "cgroup", "none"
+	// MinHeap is the heap target floor in bytes (Floor), 0 = none.
+	MinHeap int64
 }
 
 // Env abstracts the process environment and files (tests).
@@ -43,8 +47,9 @@ type Env struct {
 // OS is the real environment.
 var OS = Env{Getenv: os.Getenv, ReadFile: os.ReadFile}
 
-// Decide computes the settings without applying them.
-func Decide(gcPercent int, memoryLimit int64, env Env) Settings {
+// Decide computes the settings without applying them. minHeap is the
+// configured heap floor in bytes (0 = none).
+func Decide(gcPercent int, memoryLimit, minHeap int64, env Env) Settings {
 	s := Settings{GCPercent: gcPercent, GCFrom: "config", MemoryLimit: math.MaxInt64, LimitFrom: "none"}
 	if v := env.Getenv("GOGC"); v != "" {
 		s.GCFrom = "GOGC"
@@ -64,14 +69,24 @@ func Decide(gcPercent int, memoryLimit int64, env Env) Settings {
 			s.MemoryLimit, s.LimitFrom = n/10*9, "cgroup"
 		}
 	}
+	if s.GCFrom == "config" && minHeap > 0 {
+		s.MinHeap = minHeap
+		if s.MemoryLimit > 0 && s.MinHeap > s.MemoryLimit/4 {
+			s.MinHeap = s.MemoryLimit / 4
+		}
+	}
 	return s
 }
 
-// Apply applies Decide's settings to the process and logs them.
-func Apply(gcPercent int, memoryLimit int64, env Env, log *slog.Logger) Settings {
-	s := Decide(gcPercent, memoryLimit, env)
+// Apply applies Decide's settings to the process and logs them. With a
+// heap floor it starts a Floor for the life of the process.
+func Apply(gcPercent int, memoryLimit, minHeap int64, env Env, log *slog.Logger) Settings {
+	s := Decide(gcPercent, memoryLimit, minHeap, env)
 	if s.GCFrom == "config" {
 		debug.SetGCPercent(s.GCPercent)
+		if s.MinHeap > 0 {
+			StartFloor(s.GCPercent, uint64(s.MinHeap))
+		}
 	}
 	if s.LimitFrom == "config" || s.LimitFrom == "cgroup" {
 		debug.SetMemoryLimit(s.MemoryLimit)
@@ -85,7 +100,7 @@ func Apply(gcPercent int, memoryLimit int64, env Env, log *slog.Logger) Settings
 			limit = strconv.FormatInt(s.MemoryLimit, 10)
 		}
 		log.Info("garbage collector", "gc_percent", s.GCPercent, "gc_percent_from", s.GCFrom,
-			"memory_limit_bytes", limit, "memory_limit_from", s.LimitFrom)
+			"min_heap_bytes", s.MinHeap, "memory_limit_bytes", limit, "memory_limit_from", s.LimitFrom)
 	}
 	return s
 }

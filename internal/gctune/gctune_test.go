@@ -28,17 +28,17 @@ func TestDecide(t *testing.T) {
 		files map[string]string
 		want  Settings
 	}{
-		{"defaults without cgroup", 200, 0, nil, nil, Settings{200, "config", math.MaxInt64, "none"}},
-		{"cgroup v2 limit", 200, 0, nil, map[string]string{v2: "1000000000\n"}, Settings{200, "config", 900000000, "cgroup"}},
-		{"cgroup v2 max", 200, 0, nil, map[string]string{v2: "max\n"}, Settings{200, "config", math.MaxInt64, "none"}},
-		{"cgroup v1 limit", 200, 0, nil, map[string]string{v1: "2000000000"}, Settings{200, "config", 1800000000, "cgroup"}},
-		{"cgroup v1 unlimited", 200, 0, nil, map[string]string{v1: "9223372036854771712"}, Settings{200, "config", math.MaxInt64, "none"}},
-		{"configured limit wins over cgroup", 150, 5000, nil, map[string]string{v2: "1000000000"}, Settings{150, "config", 5000, "config"}},
-		{"GOGC and GOMEMLIMIT win", 200, 5000, map[string]string{"GOGC": "50", "GOMEMLIMIT": "1GiB"}, nil, Settings{50, "GOGC", -1, "GOMEMLIMIT"}},
-		{"GOGC=off", 200, 0, map[string]string{"GOGC": "off"}, nil, Settings{-1, "GOGC", math.MaxInt64, "none"}},
+		{"defaults without cgroup", 200, 0, nil, nil, Settings{200, "config", math.MaxInt64, "none", 0}},
+		{"cgroup v2 limit", 200, 0, nil, map[string]string{v2: "1000000000\n"}, Settings{200, "config", 900000000, "cgroup", 0}},
+		{"cgroup v2 max", 200, 0, nil, map[string]string{v2: "max\n"}, Settings{200, "config", math.MaxInt64, "none", 0}},
+		{"cgroup v1 limit", 200, 0, nil, map[string]string{v1: "2000000000"}, Settings{200, "config", 1800000000, "cgroup", 0}},
+		{"cgroup v1 unlimited", 200, 0, nil, map[string]string{v1: "9223372036854771712"}, Settings{200, "config", math.MaxInt64, "none", 0}},
+		{"configured limit wins over cgroup", 150, 5000, nil, map[string]string{v2: "1000000000"}, Settings{150, "config", 5000, "config", 0}},
+		{"GOGC and GOMEMLIMIT win", 200, 5000, map[string]string{"GOGC": "50", "GOMEMLIMIT": "1GiB"}, nil, Settings{50, "GOGC", -1, "GOMEMLIMIT", 0}},
+		{"GOGC=off", 200, 0, map[string]string{"GOGC": "off"}, nil, Settings{-1, "GOGC", math.MaxInt64, "none", 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Decide(tc.pct, tc.limit, env(tc.vars, tc.files)); got != tc.want {
+			if got := Decide(tc.pct, tc.limit, 0, env(tc.vars, tc.files)); got != tc.want {
 				t.Fatalf("Decide = %+v, want %+v", got, tc.want)
 			}
 		})
