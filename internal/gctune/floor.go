@@ -13,11 +13,8 @@ import (
 // base already does, else the smallest percent that reaches the floor
 // (never above maxFloorPercent). Pure; floor <= 0 disables the floor.
 func FloorPercent(base int, floor, live uint64) int {
-	if floor == 0 || base < 0 {
+	if floor == 0 || base < 0 || live == 0 { // live 0: no collection yet
 		return base
-	}
-	if live == 0 {
-		live = 1
 	}
 	// target = live * (1 + pct/100) >= floor  <=>  pct >= 100*floor/live - 100
 	need := (floor*100 + live - 1) / live // ceil(100*floor/live)
@@ -31,9 +28,14 @@ func FloorPercent(base int, floor, live uint64) int {
 	return max(base, int(pct))
 }
 
-// maxFloorPercent bounds the percent the floor may set: with a tiny live
-// heap (a just-started process) the floor alone decides the target.
-const maxFloorPercent = 1 << 20
+// maxFloorPercent bounds the percent the floor may set (a heap target of
+// at most 11 times the live heap): the percent applies to the live heap
+// the next collection finds, which may have grown meanwhile (recovery at
+// start, a burst of sessions), so an unbounded percent computed from a
+// tiny live heap could let the heap grow far past the floor before the
+// collector runs again; a too-large target also costs, as allocations
+// then keep touching fresh pages instead of reusing collected ones.
+const maxFloorPercent = 1000
 
 // Floor keeps the collector's heap target at or above a minimum heap size
 // while the live heap is small: after every collection it sets the GC

@@ -1,7 +1,6 @@
 package gctune
 
 import (
-	"math"
 	"runtime"
 	"runtime/debug"
 	"testing"
@@ -20,19 +19,22 @@ func TestFloorPercent(t *testing.T) {
 		{"GC off stays off", -1, 64 * mib, 1 * mib, -1},
 		{"live heap large: base", 200, 64 * mib, 40 * mib, 200},
 		{"exactly at the floor with base", 200, 60 * mib, 20 * mib, 200},
-		{"small live heap: floor decides", 200, 64 * mib, 4 * mib, 1500},
+		{"small live heap: floor decides", 200, 64 * mib, 8 * mib, 700},
 		{"rounds up to reach the floor", 100, 10, 3, 234},
 		{"floor just above base target", 100, 21 * mib, 10 * mib, 110},
-		{"empty heap is treated as one byte, capped", 200, 64 * mib, 0, maxFloorPercent},
-		{"tiny heap capped", 200, math.MaxUint32, 1, maxFloorPercent},
+		{"no collection yet: base", 200, 64 * mib, 0, 200},
+		{"tiny heap capped", 200, 64 * mib, 1, maxFloorPercent},
+		{"cap: at most 11 times the live heap", 200, 64 * mib, 4 * mib / 2, maxFloorPercent},
+		{"cap below base: base", 2000, 64 * mib, 1, 2000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := FloorPercent(tc.base, tc.floor, tc.live)
 			if got != tc.want {
 				t.Fatalf("FloorPercent(%d, %d, %d) = %d, want %d", tc.base, tc.floor, tc.live, got, tc.want)
 			}
-			if tc.floor > 0 && tc.base > 0 && got < maxFloorPercent {
-				if target := tc.live * uint64(100+got) / 100; max(tc.live, 1)*uint64(100+got)/100 < tc.floor {
+			// Unless capped (or off), the target reaches the floor.
+			if tc.floor > 0 && tc.base > 0 && tc.live > 0 && got < maxFloorPercent {
+				if target := tc.live * uint64(100+got) / 100; target < tc.floor {
 					t.Fatalf("target %d below floor %d", target, tc.floor)
 				}
 			}
@@ -48,8 +50,8 @@ func TestFloorFollowsCollections(t *testing.T) {
 	runtime.GC()
 	f := StartFloor(100, 1<<40) // far above any test heap: the floor decides
 	defer f.Stop()
-	if p := f.Percent(); p <= 100 {
-		t.Fatalf("percent %d with a 1 TiB floor", p)
+	if p := f.Percent(); p != maxFloorPercent {
+		t.Fatalf("percent %d with a 1 TiB floor, want the cap %d", p, maxFloorPercent)
 	}
 	if cur := debug.SetGCPercent(f.Percent()); cur != f.Percent() {
 		t.Fatalf("runtime percent %d, floor says %d", cur, f.Percent())
