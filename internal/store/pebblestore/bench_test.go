@@ -3,7 +3,12 @@ package pebblestore_test
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store/pebblestore"
@@ -115,4 +120,168 @@ func BenchmarkInfoUnknown(b *testing.B) {
 			}
 		})
 	}
+}
+
+// hotPathVariants are the option sets BenchmarkHotPath compares: the
+// production defaults first.
+var hotPathVariants = []struct {
+	name string
+	opts pebblestore.Options
+}{
+	{"default", pebblestore.Options{}},
+	{"memtable=4MiB", pebblestore.Options{MemTableSize: 4 << 20}},
+	{"memtable=8MiB", pebblestore.Options{MemTableSize: 8 << 20}},
+	{"memtable=16MiB", pebblestore.Options{MemTableSize: 16 << 20}},
+	{"memtable=64MiB", pebblestore.Options{MemTableSize: 64 << 20}},
+	{"compression=none", pebblestore.WithTune(pebblestore.Options{}, func(o *pebble.Options) {
+		o.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionNone })
+	})},
+	{"l0=8-24", pebblestore.WithTune(pebblestore.Options{}, func(o *pebble.Options) {
+		o.L0CompactionThreshold, o.L0StopWritesThreshold = 8, 24
+	})},
+	{"l0=16-48", pebblestore.WithTune(pebblestore.Options{}, func(o *pebble.Options) {
+		o.L0CompactionThreshold, o.L0StopWritesThreshold = 16, 48
+	})},
+}
+
+// BenchmarkHotPath models the runtime's write path under load: 64 open
+// sessions with random ids, each of 50 records (a SessionStart, messages
+// with 256-byte payloads, an expiry), replaced by a new one (asking Info
+// first, as SessionStart does) when it ends; batches of 16 records, each
+// from a different session, appended with AppendAsync and waited for by a
+// second goroutine, two batches in flight, on a real directory. One op is
+// one record, so ns/op and allocs/op are per record (allocs counted
+// process-wide, Pebble's background work included); cpu-ns/rec is the
+// process's user+system CPU time per record (getrusage), which is what to
+// compare, as wall time on a real disk is mostly the WAL fsync. Every
+// variant does the same work (fixed seed): run it with a fixed
+// -benchtime=Nx, large enough for several memtable flushes and L0
+// compaction cycles (1600000x: about 30 s, 33 flushes of 32 MiB), and
+// compare variants over several alternating runs, each variant in its own
+// process (-count repeats one variant before the next), e.g.
+//
+//	go test -c -o /tmp/pbs.test ./internal/store/pebblestore
+//	for r in 1 2 3 4 5; do for v in default l0=8-24; do
+//		/tmp/pbs.test -test.run '^$' -test.bench "HotPath/^$v\$" -test.benchtime 1600000x -test.benchmem
+//	done; done
+func BenchmarkHotPath(b *testing.B) {
+	for _, v := range hotPathVariants {
+		b.Run(v.name, func(b *testing.B) { benchHotPath(b, v.opts) })
+	}
+}
+
+func benchHotPath(b *testing.B, o pebblestore.Options) {
+	const (
+		open      = 64 // sessions open at once
+		perBatch  = 16 // records per AppendAsync, one per session
+		perSess   = 50 // records per session
+		inFlight  = 2  // batches appended but not yet waited for
+		payloadSz = 256
+	)
+	s := mustOpen(b, b.TempDir(), o)
+	defer s.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	newID := func() string {
+		return fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x", rng.Uint32(), rng.Uint32()&0xffff,
+			rng.Uint32()&0xfff, rng.Uint32()&0xfff, rng.Uint64()&0xffffffffffff)
+	}
+	type sess struct {
+		id   string
+		next uint64
+		msg  session.Record // template of its messages
+	}
+	payload := bytes.Repeat([]byte{'p'}, payloadSz)
+	start := func(ss *sess) {
+		ss.id, ss.next = newID(), 1
+		ss.msg = rec(ss.id, 2, 0)
+		ss.msg.Envelope.Payload = payload
+	}
+	pool := make([]sess, open)
+	for i := range pool {
+		start(&pool[i])
+		// Stagger the sessions so that they do not all end together.
+		ss := &pool[i]
+		ss.next = uint64(1 + i*perSess/open)
+		if ss.next > 1 {
+			first := rec(ss.id, 1, 0)
+			var recs []session.Record
+			recs = append(recs, first)
+			for seq := uint64(2); seq < ss.next; seq++ {
+				r := ss.msg
+				r.Seq = seq
+				recs = append(recs, r)
+			}
+			if err := s.Append(ctx, recs); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	waits := make(chan func() error, inFlight-1)
+	waited := make(chan error, 1)
+	go func() {
+		var first error
+		for w := range waits {
+			if err := w(); err != nil && first == nil {
+				first = err
+			}
+		}
+		waited <- first
+	}()
+	batch := make([]session.Record, 0, perBatch)
+	cursor := 0
+	cpu0 := cpuTime()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for n := 0; n < b.N; {
+		batch = batch[:0]
+		for j := 0; j < perBatch && n < b.N; j, n = j+1, n+1 {
+			ss := &pool[cursor]
+			cursor = (cursor + 1) % open
+			if ss.next > perSess {
+				start(ss)
+				if _, err := s.Info(ctx, ss.id); err == nil {
+					b.Fatalf("new session %s found", ss.id)
+				}
+			}
+			var r session.Record
+			switch ss.next {
+			case 1:
+				r = rec(ss.id, 1, int64(n))
+			case perSess:
+				r = expired(ss.id, perSess, int64(n))
+			default:
+				r = ss.msg
+				r.Seq, r.AcceptedAtMs = ss.next, int64(n)
+			}
+			ss.next++
+			batch = append(batch, r)
+		}
+		w, err := s.AppendAsync(ctx, batch)
+		if err != nil {
+			b.Fatal(err)
+		}
+		waits <- w
+	}
+	close(waits)
+	if err := <-waited; err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/rec")
+	m := pebblestore.PebbleMetrics(s)
+	b.ReportMetric(float64(m.Flush.Count), "flushes")
+	b.ReportMetric(float64(m.Compact.Count), "compactions")
+	// What compaction still owes at the end (deferred work, not counted
+	// in cpu-ns/rec): compare with care across L0 thresholds.
+	b.ReportMetric(float64(m.Levels[0].TablesCount), "L0-tables")
+	b.ReportMetric(float64(m.Compact.EstimatedDebt)/(1<<20), "debt-MiB")
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		panic(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

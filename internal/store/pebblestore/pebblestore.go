@@ -33,6 +33,10 @@ type Options struct {
 	CacheSize int64
 	// MemTableSize is Pebble's memtable size (default 32 MiB).
 	MemTableSize uint64
+
+	// tune, set by tests only (export_test.go), edits Pebble's options
+	// last, for benchmarks of other settings.
+	tune func(*pebble.Options)
 }
 
 // Defaults (package doc: tuning).
@@ -178,6 +182,9 @@ func Open(dir string, o Options) (*Store, error) {
 	for i := range po.Levels {
 		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 		po.Levels[i].FilterType = pebble.TableFilter
+	}
+	if o.tune != nil {
+		o.tune(po)
 	}
 	db, err := pebble.Open(dir, po)
 	if err != nil {
