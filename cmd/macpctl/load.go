@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -45,8 +46,16 @@ func (c *cli) load(args []string) error {
 	initiator := c.fs.String("initiator", loadgen.DefaultInitiator, "dev identity that starts and commits sessions")
 	pad := c.fs.Int("pad", 0, "extra payload bytes per mode message")
 	giveUp := c.fs.Duration("give-up", 2*time.Second, "end the run when Sends fail and none was answered for this long (negative: never)")
+	gcPercent := c.fs.Int("gc-percent", 400, "the load generator's own Go GC percent; GOGC, when set, wins")
 	if _, err := c.parse(args, 0); err != nil {
 		return err
+	}
+	// The generator shares the machine with the server it measures: its
+	// own collector (a fifth of its CPU at the Go default, as every Send
+	// allocates a few KiB) should not compete with the server for the
+	// CPUs. The same setting drives every transport, echo included.
+	if os.Getenv("GOGC") == "" && *gcPercent > 0 {
+		debug.SetGCPercent(*gcPercent)
 	}
 	if c.set("duration") && !c.set("sessions") {
 		*sessions = 0
