@@ -22,13 +22,28 @@ const (
 )
 
 // damaged builds a store with two sessions, lets damage edit the raw
-// Pebble, and reopens the store.
+// Pebble, and reopens the store. The victim is OPEN, records 1-6 appended
+// in two batches, so its index entry names record 3 (written with the
+// first batch only).
 func damaged(t *testing.T, damage func(db *pebble.DB)) (store.Store, vfs.FS) {
+	return damagedVictim(t, false, damage)
+}
+
+// damagedVictim is damaged with, if terminal, a victim whose record 6
+// ends it (its index entry names record 6).
+func damagedVictim(t *testing.T, terminal bool, damage func(db *pebble.DB)) (store.Store, vfs.FS) {
 	t.Helper()
 	fs := vfs.NewMem()
 	s := mustOpen(t, "db", pebblestore.Options{FS: fs})
 	appendN(t, s, victim, 1, 3, 0)
-	appendN(t, s, victim, 4, 6, 1)
+	if terminal {
+		appendN(t, s, victim, 4, 5, 1)
+		if err := s.Append(ctx, []session.Record{expired(victim, 6, 1)}); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		appendN(t, s, victim, 4, 6, 1)
+	}
 	appendN(t, s, bystander, 1, 4, 2)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -154,23 +169,38 @@ func TestReadOnlyDoesNotMark(t *testing.T) {
 	})
 }
 
-// Other kinds of damage: each is found and confined to the victim.
+// Other kinds of damage: each is found and confined to the victim, an
+// OPEN one (index entry at record 3, records to 6) and a terminal one
+// (index entry at record 6), except where openMisses says the damage is
+// past what an OPEN session's index entry pins (package doc: index
+// entry): records after the one it names can be removed from the end, or
+// well-formed ones chained on, without a trace. The session then reads as
+// that many records.
 func TestDamageKinds(t *testing.T) {
 	for _, tc := range []struct {
-		name, why string
-		damage    func(t *testing.T, db *pebble.DB)
+		name, why  string
+		openMisses int // records the OPEN victim reads as, undetected (0: detected)
+		openOnly   bool
+		damage     func(t *testing.T, db *pebble.DB)
 	}{
-		{"missing record", "record 3", func(t *testing.T, db *pebble.DB) {
+		{"missing record", "record 3", 0, false, func(t *testing.T, db *pebble.DB) {
 			if err := db.Delete(pebblestore.RecordKey(victim, 3), pebble.Sync); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"missing last record", "index", func(t *testing.T, db *pebble.DB) {
+		{"missing last record", "index", 5, false, func(t *testing.T, db *pebble.DB) {
 			if err := db.Delete(pebblestore.RecordKey(victim, 6), pebble.Sync); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"record re-chained", "record 5", func(t *testing.T, db *pebble.DB) {
+		{"missing records back to the indexed one", "index", 0, false, func(t *testing.T, db *pebble.DB) {
+			for seq := uint64(3); seq <= 6; seq++ {
+				if err := db.Delete(pebblestore.RecordKey(victim, seq), pebble.Sync); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}},
+		{"record re-chained", "record 5", 0, false, func(t *testing.T, db *pebble.DB) {
 			// A well-formed record whose own hash checks out but that
 			// does not chain to its predecessor (a forged or misplaced
 			// record).
@@ -180,10 +210,25 @@ func TestDamageKinds(t *testing.T) {
 			}
 			rawSet(t, db, pebblestore.RecordKey(victim, 5), v)
 		}},
-		{"record under the wrong key", "record 2", func(t *testing.T, db *pebble.DB) {
+		{"record under the wrong key", "record 2", 0, false, func(t *testing.T, db *pebble.DB) {
 			rawSet(t, db, pebblestore.RecordKey(victim, 2), rawGet(t, db, pebblestore.RecordKey(victim, 1)))
 		}},
-		{"extra record past the index", "index", func(t *testing.T, db *pebble.DB) {
+		{"indexed record re-chained", "record 3", 0, true, func(t *testing.T, db *pebble.DB) {
+			// The record the OPEN index entry names, replaced by a
+			// well-formed one: found by the index entry's hash.
+			prev, err := record.Decode(rawGet(t, db, pebblestore.RecordKey(victim, 2)), victim, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := rec(victim, 3, 0)
+			r.Envelope.Payload = []byte("forged")
+			v, _, err := record.Encode(r, prev.Hash)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rawSet(t, db, pebblestore.RecordKey(victim, 3), v)
+		}},
+		{"extra record past the index", "index", 7, false, func(t *testing.T, db *pebble.DB) {
 			last, err := record.Decode(rawGet(t, db, pebblestore.RecordKey(victim, 6)), victim, 6)
 			if err != nil {
 				t.Fatal(err)
@@ -194,28 +239,57 @@ func TestDamageKinds(t *testing.T) {
 			}
 			rawSet(t, db, pebblestore.RecordKey(victim, 7), v)
 		}},
-		{"flipped index byte", "index", func(t *testing.T, db *pebble.DB) {
+		{"terminal record past an open index entry", "index", 0, true, func(t *testing.T, db *pebble.DB) {
+			// The batch that ends a session writes its index entry too.
+			last, err := record.Decode(rawGet(t, db, pebblestore.RecordKey(victim, 6)), victim, 6)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, _, err := record.Encode(expired(victim, 7, 1), last.Hash)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rawSet(t, db, pebblestore.RecordKey(victim, 7), v)
+		}},
+		{"flipped index byte", "index", 0, false, func(t *testing.T, db *pebble.DB) {
 			k := pebblestore.IndexKey(victim)
 			v := rawGet(t, db, k)
 			v[len(v)-3] ^= 0x01
 			rawSet(t, db, k, v)
 		}},
-		{"missing index entry", "without an index entry", func(t *testing.T, db *pebble.DB) {
+		{"missing index entry", "without an index entry", 0, false, func(t *testing.T, db *pebble.DB) {
 			if err := db.Delete(pebblestore.IndexKey(victim), pebble.Sync); err != nil {
 				t.Fatal(err)
 			}
 		}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s, _ := damaged(t, func(db *pebble.DB) { tc.damage(t, db) })
-			recs, err := readAll(s, victim)
-			wantCorrupt(t, err, "Read")
-			if !strings.Contains(err.Error(), victim) {
-				t.Fatalf("Read error %q does not name the session", err)
+		for _, terminal := range []bool{false, true} {
+			if terminal && tc.openOnly {
+				continue
 			}
-			t.Logf("Read: %d records, then %v", len(recs), err)
-			wantQuarantined(t, s, tc.why)
-		})
+			name := "open/" + tc.name
+			if terminal {
+				name = "terminal/" + tc.name
+			}
+			t.Run(name, func(t *testing.T) {
+				s, _ := damagedVictim(t, terminal, func(db *pebble.DB) { tc.damage(t, db) })
+				recs, err := readAll(s, victim)
+				if !terminal && tc.openMisses > 0 {
+					// The documented limit: not detected.
+					info, ierr := s.Info(ctx, victim)
+					if err != nil || len(recs) != tc.openMisses || ierr != nil || info.Quarantined != "" || info.LastSeq != uint64(tc.openMisses) {
+						t.Fatalf("Read: %d records, %v; Info = %+v, %v; want %d records, undetected", len(recs), err, info, ierr, tc.openMisses)
+					}
+					return
+				}
+				wantCorrupt(t, err, "Read")
+				if !strings.Contains(err.Error(), victim) {
+					t.Fatalf("Read error %q does not name the session", err)
+				}
+				t.Logf("Read: %d records, then %v", len(recs), err)
+				wantQuarantined(t, s, tc.why)
+			})
+		}
 	}
 }
 

@@ -11,3 +11,11 @@ func WithTune(o Options, tune func(*pebble.Options)) Options {
 
 // PebbleMetrics returns the metrics of the store's Pebble.
 func PebbleMetrics(s *Store) *pebble.Metrics { return s.db.Metrics() }
+
+// WithIndexEveryBatch returns o with the index entry of every session
+// written with every batch, as stores did before it was written only on
+// changes of status (reading such stores is tested).
+func WithIndexEveryBatch(o Options) Options {
+	o.indexEveryBatch = true
+	return o
+}

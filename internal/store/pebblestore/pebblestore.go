@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/internal/store/record"
 )
@@ -37,6 +38,10 @@ type Options struct {
 	// tune, set by tests only (export_test.go), edits Pebble's options
 	// last, for benchmarks of other settings.
 	tune func(*pebble.Options)
+	// indexEveryBatch, set by tests only (export_test.go), writes every
+	// session's index entry with every batch, as stores did before the
+	// index entry was written only on changes of status.
+	indexEveryBatch bool
 }
 
 // Defaults (package doc: tuning).
@@ -60,8 +65,10 @@ type Store struct {
 	db       *pebble.DB
 	log      *slog.Logger
 	readOnly bool
-	fail     *failState
-	events   *events // counted by the EventListener (metrics.go)
+	// indexEveryBatch: Options.indexEveryBatch (tests).
+	indexEveryBatch bool
+	fail            *failState
+	events          *events // counted by the EventListener (metrics.go)
 
 	// life tracks calls in progress so that Close waits for them (Pebble
 	// panics on use after Close).
@@ -76,7 +83,7 @@ type Store struct {
 	wmu sync.Mutex
 	// tips caches the last seq and hash of sessions appended to since
 	// Open, except terminal ones (they take no more records); others are
-	// loaded from the index on demand.
+	// loaded on demand from the index entry and the last record.
 	tips map[string]tip
 	// scratch is Append's reusable working memory (guarded by wmu).
 	scratch appendScratch
@@ -91,9 +98,12 @@ type Store struct {
 	}
 }
 
+// tip is a session's last record: its seq, hash and status (the status
+// its index entry holds, package doc: index entry).
 type tip struct {
-	seq  uint64
-	hash [record.HashSize]byte
+	seq    uint64
+	hash   [record.HashSize]byte
+	status session.Status
 }
 
 var _ store.Store = (*Store)(nil)
@@ -201,7 +211,7 @@ func Open(dir string, o Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
 	}
-	s := &Store{dir: dir, db: db, log: log, readOnly: o.ReadOnly, fail: fail, events: ev, tips: make(map[string]tip), scratch: appendScratch{pos: make(map[string]int)}}
+	s := &Store{dir: dir, db: db, log: log, readOnly: o.ReadOnly, indexEveryBatch: o.indexEveryBatch, fail: fail, events: ev, tips: make(map[string]tip), scratch: appendScratch{pos: make(map[string]int)}}
 	if err := s.checkFormat(); err != nil {
 		_ = s.closeDB()
 		return nil, err

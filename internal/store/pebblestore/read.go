@@ -52,20 +52,17 @@ func (s *Store) checkedIndex(r pebble.Reader, id string) (store.SessionInfo, err
 
 // summarize builds a session's summary from its raw index entry (hasIndex
 // false: none) and an iterator over the h/ space that includes the
-// session's records.
+// session's records. The index entry is checked against the records
+// (package doc: index entry): a terminal one, or one naming the last
+// record, must match the last record exactly; an OPEN one may lag the
+// history, and then the record it names must match it and the last
+// record, which gives the summary, must be later and have the same
+// status.
 func summarize(it *pebble.Iterator, id string, raw []byte, hasIndex bool) (store.SessionInfo, error) {
 	info := store.SessionInfo{SessionID: id}
 	var last *session.Record
 	if it.SeekLT(histEnd(id)) && bytes.HasPrefix(it.Key(), histStart(id)) {
-		_, seq, ok := parseHistKey(it.Key())
-		if !ok {
-			return info, record.Corruptf(id, 0, "malformed record key %q", it.Key())
-		}
-		v, err := it.ValueAndErr()
-		if err != nil {
-			return info, err
-		}
-		rec, err := record.Decode(v, id, seq)
+		rec, err := decodeAt(it, id)
 		if err != nil {
 			return info, err
 		}
@@ -87,10 +84,46 @@ func summarize(it *pebble.Iterator, id string, raw []byte, hasIndex bool) (store
 	if last == nil {
 		return idx, record.Corruptf(id, 0, "index entry without records")
 	}
-	if err := record.CheckIndex(idx, *last); err != nil {
+	if idx.Status.Terminal() || last.Seq <= idx.LastSeq {
+		if err := record.CheckIndex(idx, *last); err != nil {
+			return idx, err
+		}
+		return idx, nil
+	}
+	// An index entry that lags the history: written with the session's
+	// first batch, or its last change of status.
+	if last.Status != idx.Status {
+		return idx, record.Corruptf(id, last.Seq, "the last record is %s, the index entry (at record %d) says %s", last.Status, idx.LastSeq, idx.Status)
+	}
+	named := histKey(id, idx.LastSeq)
+	if !it.SeekGE(named) || !bytes.Equal(it.Key(), named) {
+		if err := it.Error(); err != nil {
+			return idx, err
+		}
+		return idx, record.Corruptf(id, idx.LastSeq, "missing record: the index entry names it")
+	}
+	at, err := decodeAt(it, id)
+	if err != nil {
 		return idx, err
 	}
-	return idx, nil
+	if err := record.CheckIndex(idx, at); err != nil {
+		return idx, err
+	}
+	return record.InfoOf(*last), nil
+}
+
+// decodeAt decodes the record at it (positioned on a key of session id's
+// h/ range).
+func decodeAt(it *pebble.Iterator, id string) (session.Record, error) {
+	_, seq, ok := parseHistKey(it.Key())
+	if !ok {
+		return session.Record{}, record.Corruptf(id, 0, "malformed record key %q", it.Key())
+	}
+	v, err := it.ValueAndErr()
+	if err != nil {
+		return session.Record{}, err
+	}
+	return record.Decode(v, id, seq)
 }
 
 // Read implements store.Store.
@@ -205,6 +238,20 @@ func (s *Store) LastSeq(ctx context.Context, id string) (uint64, error) {
 	}
 	info, err := record.DecodeIndex(raw, id)
 	if err != nil {
+		return 0, s.corrupted(id, err)
+	}
+	if info.Status.Terminal() {
+		return info.LastSeq, nil
+	}
+	// An OPEN session's index entry may lag its history: the last record
+	// has the last seq, read with the index entry from one snapshot.
+	snap := s.db.NewSnapshot()
+	info, err = s.checkedIndex(snap, id)
+	snap.Close()
+	switch {
+	case errors.Is(err, store.ErrNotFound): // purged since
+		return 0, err
+	case err != nil:
 		return 0, s.corrupted(id, err)
 	}
 	return info.LastSeq, nil

@@ -102,6 +102,12 @@ func (s *Store) AppendAsync(ctx context.Context, recs []session.Record) (func() 
 // prepare validates recs against the session tips and writes them, with
 // their index updates, into b; the caller holds wmu. The new tips are left
 // in s.scratch for advance once b is committed (or queued).
+//
+// A session's index entry is written only by a batch that starts the
+// session or changes its status (package doc: index entry): the first
+// batch, and the one that ends it. Other batches write records only, so
+// an OPEN session's index entry lags its history and readers take the tip
+// from the last record (summarize).
 func (s *Store) prepare(b *pebble.Batch, recs []session.Record) error {
 	sc := &s.scratch
 	clear(sc.pos)
@@ -120,7 +126,7 @@ func (s *Store) prepare(b *pebble.Batch, recs []session.Record) error {
 			}
 			p = len(sc.sess)
 			sc.pos[id] = p
-			sc.sess = append(sc.sess, pendingTip{tip: t})
+			sc.sess = append(sc.sess, pendingTip{tip: t, from: t})
 		}
 		ps := &sc.sess[p]
 		if r.Seq != ps.tip.seq+1 {
@@ -135,12 +141,15 @@ func (s *Store) prepare(b *pebble.Batch, recs []session.Record) error {
 		if err := b.Set(sc.key, v, nil); err != nil { // Set copies key and value
 			return err
 		}
-		ps.tip.seq = r.Seq
+		ps.tip.seq, ps.tip.status = r.Seq, r.Status
 		copy(ps.tip.hash[:], v[len(v)-record.HashSize:])
 		ps.last = r
 	}
 	for i := range sc.sess {
 		ps := &sc.sess[i]
+		if !ps.indexed() && !s.indexEveryBatch {
+			continue
+		}
 		last := ps.last
 		last.Hash = ps.tip.hash[:]
 		v, err := record.EncodeIndexTo(sc.index, record.InfoOf(last))
@@ -183,12 +192,23 @@ type appendScratch struct {
 // pendingTip is one session's tip after the records prepared so far.
 type pendingTip struct {
 	tip  tip
+	from tip // before the batch
 	last session.Record
 }
 
-// loadTip returns a session's last seq and hash (0 and ZeroHash for a new
-// session), from the cache or the store; the caller holds wmu. A
-// quarantined or corrupt session is ErrCorrupt.
+// indexed reports whether the batch writes the session's index entry: it
+// starts the session, changes its status (the index entry holds the
+// status of the last record), or ends it (a terminal index entry holds
+// exactly the last record). A batch after the terminal record, which the
+// store does not refuse, changes the status or ends the session again.
+func (ps *pendingTip) indexed() bool {
+	return ps.from.seq == 0 || ps.tip.status != ps.from.status || ps.tip.status.Terminal()
+}
+
+// loadTip returns a session's last seq, hash and status (0, ZeroHash and
+// 0 for a new session), from the cache or the store (the index entry and
+// the last record, summarize); the caller holds wmu. A quarantined or
+// corrupt session is ErrCorrupt.
 func (s *Store) loadTip(id string) (tip, error) {
 	if t, ok := s.tips[id]; ok {
 		return t, nil
@@ -206,7 +226,7 @@ func (s *Store) loadTip(id string) (tip, error) {
 	if len(info.LastHash) != record.HashSize {
 		return tip{}, s.corruptedLocked(id, record.Corruptf(id, info.LastSeq, "last hash has %d bytes", len(info.LastHash)))
 	}
-	t := tip{seq: info.LastSeq}
+	t := tip{seq: info.LastSeq, status: info.Status}
 	copy(t.hash[:], info.LastHash)
 	return t, nil
 }
