@@ -56,6 +56,7 @@ func (c *cli) benchRecGen(args []string, dir *string, jsonOut *bool) error {
 	seed := c.fs.Uint64("seed", 1, "seed for ids and the order of session kinds")
 	batch := c.fs.Int("batch", 4096, "records per store append (one sync each)")
 	openTTL := c.fs.Duration("open-ttl", 24*time.Hour, "ttl of the sessions left open (measure before it runs out)")
+	split := c.fs.Bool("split-sessions", false, "append each session's SessionStart and its other records in two appends, as a runtime receiving them over time does")
 	if _, err := c.parse(args, 0); err != nil {
 		return err
 	}
@@ -68,7 +69,7 @@ func (c *cli) benchRecGen(args []string, dir *string, jsonOut *bool) error {
 	}
 	cfg := benchrec.GenConfig{
 		Dir: *dir, Sessions: *sessions, Envelopes: *envelopes, Participants: *participants,
-		Mix: m, Seed: *seed, Batch: *batch, OpenTTL: *openTTL,
+		Mix: m, Seed: *seed, Batch: *batch, OpenTTL: *openTTL, SplitSessions: *split,
 	}
 	last := time.Now()
 	man, err := benchrec.Generate(c.ctx, cfg, func(done int) {

@@ -79,6 +79,13 @@ type GenConfig struct {
 	// Batch is the number of records per store Append (default 4096; each
 	// Append is one sync, as one runtime commit group).
 	Batch int
+	// SplitSessions appends each session's SessionStart and the rest of
+	// its records in two Appends (the first before the second), as a
+	// runtime receiving a session's messages over time does, instead of
+	// the whole session in one: a store that writes a session's summary
+	// only with its first batch and its end (pebblestore's index entry)
+	// then holds OPEN sessions whose summary lags their history.
+	SplitSessions bool
 	// NowMs is the runtime clock when the last session started (default:
 	// the wall clock). Sessions start over the hour before it.
 	NowMs int64
@@ -188,6 +195,7 @@ func Generate(ctx context.Context, cfg GenConfig, progress func(done int)) (*Man
 	// The core builds batches while the store writes the previous one.
 	type batch struct {
 		recs     []session.Record
+		rest     []session.Record // SplitSessions: appended after recs
 		sessions int
 	}
 	batches := make(chan batch, 2)
@@ -223,9 +231,14 @@ func Generate(ctx context.Context, cfg GenConfig, progress func(done int)) (*Man
 					man.OpenDeadlineMs = dl
 				}
 			}
-			b.recs = append(b.recs, recs...)
+			if cfg.SplitSessions {
+				b.recs = append(b.recs, recs[0])
+				b.rest = append(b.rest, recs[1:]...)
+			} else {
+				b.recs = append(b.recs, recs...)
+			}
 			b.sessions++
-			if len(b.recs) >= cfg.Batch {
+			if len(b.recs)+len(b.rest) >= cfg.Batch {
 				batches <- b
 				b = batch{}
 			}
@@ -237,7 +250,11 @@ func Generate(ctx context.Context, cfg GenConfig, progress func(done int)) (*Man
 	}()
 	done := 0
 	for b := range batches {
-		if err := st.Append(ctx, b.recs); err != nil {
+		err := st.Append(ctx, b.recs)
+		if err == nil && len(b.rest) > 0 {
+			err = st.Append(ctx, b.rest)
+		}
+		if err != nil {
 			cancel()
 			for range batches { // let the generator stop
 			}
