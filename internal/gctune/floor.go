@@ -39,13 +39,14 @@ const maxFloorPercent = 1000
 
 // Floor keeps the collector's heap target at or above a minimum heap size
 // while the live heap is small: after every collection it sets the GC
-// percent to FloorPercent(base, floor, live heap). Under load macpd's live
-// Go heap is a few MiB (the store's memtables and cache live outside it)
-// while the accept path allocates several KiB per envelope, so a
-// percent-only target collects many times a second; a floor of some tens
-// of MiB cuts the collections several-fold for a bounded amount of memory.
-// The soft memory limit, when set, still caps the heap. A live heap above
-// floor/(1+base/100) leaves the base percent in force.
+// percent to FloorPercent(base, floor, live heap). While macpd's live Go
+// heap is small (a fresh process, a few hundred resident sessions: the
+// store's memtables and cache live outside it) and the accept path
+// allocates several KiB per envelope, a percent-only target collects many
+// times a second; a floor of some tens of MiB cuts the collections
+// several-fold for a bounded amount of memory. Once the live heap passes
+// floor/(1+base/100) (thousands of resident sessions), it does nothing.
+// The soft memory limit, when set, still caps the heap.
 type Floor struct {
 	base  int
 	floor uint64

@@ -39,7 +39,12 @@ type Options struct {
 	// and must re-sync. Default DefaultMaxWatchPending.
 	MaxWatchPending int
 	// StrictRecovery refuses to start when a stored session fails
-	// integrity checks or replay, instead of quarantining it.
+	// integrity checks or replay, instead of quarantining it. A strict
+	// boot checks the summary of every stored session (store List:
+	// terminal ones too, so boot time grows with all history) and refuses
+	// to start on any failure; the default boot lists only the OPEN and
+	// quarantined sessions (store ListOpen) and finds damage to a
+	// terminal session when the session is asked for.
 	StrictRecovery bool
 	// Retention purges whole terminal sessions that ended longer ago than
 	// this; 0 keeps history forever (the default).
@@ -627,14 +632,6 @@ func (r *Runtime) step(ctx context.Context, env *macpv1.Envelope) *macpv1.Ack {
 func (r *Runtime) await(ctx context.Context, done chan error, then func(error)) error {
 	var expired <-chan time.Time
 	if d := r.opts.CommitTimeout; d > 0 {
-		select { // answered already: no timer
-		case err := <-done:
-			if then != nil {
-				then(err)
-			}
-			return err
-		default:
-		}
 		t := time.NewTimer(d)
 		defer t.Stop()
 		expired = t.C
