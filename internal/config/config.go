@@ -266,22 +266,18 @@ func (c *Config) FromEnv(lookup Env) error {
 	str("MACP_ADMIN_ADDR", &c.AdminAddr)
 	boolean("MACP_ADMIN_PPROF", &c.AdminPprof)
 	integer("MACP_GC_PERCENT", &c.GCPercent)
-	if v, ok := lookup("MACP_GC_MIN_HEAP_BYTES"); ok && v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("MACP_GC_MIN_HEAP_BYTES: %q is not a number of bytes", v))
-		} else {
-			c.GCMinHeap = n
+	byteCount := func(name string, dst *int64) {
+		if v, ok := lookup(name); ok && v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %q is not a number of bytes", name, v))
+				return
+			}
+			*dst = n
 		}
 	}
-	if v, ok := lookup("MACP_MEMORY_LIMIT_BYTES"); ok && v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("MACP_MEMORY_LIMIT_BYTES: %q is not a number of bytes", v))
-		} else {
-			c.MemoryLimit = n
-		}
-	}
+	byteCount("MACP_GC_MIN_HEAP_BYTES", &c.GCMinHeap)
+	byteCount("MACP_MEMORY_LIMIT_BYTES", &c.MemoryLimit)
 	errs = append(errs, c.authFromEnv(lookup)...)
 	errs = append(errs, c.limitsFromEnv(lookup)...)
 	return errors.Join(errs...)

@@ -126,15 +126,17 @@ func TestFromEnvBooleans(t *testing.T) {
 // and leave the field unchanged.
 func TestFromEnvBadValues(t *testing.T) {
 	bad := map[string]string{
-		"MACP_MEMORY_ONLY":       "maybe",
-		"MACP_ALLOW_INSECURE":    "y",
-		"MACP_MAX_PAYLOAD_BYTES": "1MiB",
-		"MACP_MAX_TTL_MS":        "24h",
-		"MACP_MAX_PARTICIPANTS":  "ten",
-		"MACP_MAX_OPEN_SESSIONS": "1.5",
-		"MACP_START_SKEW_MS":     "5m",
-		"MACP_SHUTDOWN_GRACE_MS": "-",
-		"MACP_ADMIN_PPROF":       "sometimes",
+		"MACP_MEMORY_ONLY":        "maybe",
+		"MACP_ALLOW_INSECURE":     "y",
+		"MACP_MAX_PAYLOAD_BYTES":  "1MiB",
+		"MACP_MAX_TTL_MS":         "24h",
+		"MACP_MAX_PARTICIPANTS":   "ten",
+		"MACP_MAX_OPEN_SESSIONS":  "1.5",
+		"MACP_START_SKEW_MS":      "5m",
+		"MACP_SHUTDOWN_GRACE_MS":  "-",
+		"MACP_ADMIN_PPROF":        "sometimes",
+		"MACP_GC_MIN_HEAP_BYTES":  "64MiB",
+		"MACP_MEMORY_LIMIT_BYTES": "1e9",
 	}
 	c := Default()
 	err := c.FromEnv(env(bad))
