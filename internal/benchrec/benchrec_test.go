@@ -125,8 +125,17 @@ func TestMeasureStart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\nmacpd log:\n%s", err, log.String())
 	}
-	if res.OpenSessions != man.Kinds["open"] || res.TerminalOnDisk != 100-man.Kinds["open"] || res.Quarantined != 0 {
+	// The default boot does not list terminal sessions (runtime recover):
+	// it counts none; a strict boot lists and counts them all.
+	if res.OpenSessions != man.Kinds["open"] || res.TerminalOnDisk != 0 || res.Quarantined != 0 {
 		t.Errorf("recovered %+v, want %d open (%v)", res, man.Kinds["open"], man.Kinds)
+	}
+	strict, err := benchrec.MeasureStart(ctx, benchrec.MeasureConfig{Macpd: bin, Dir: dir, Timeout: time.Minute, Env: []string{"MACP_STRICT_RECOVERY=1"}}, man)
+	if err != nil {
+		t.Fatalf("strict start: %v", err)
+	}
+	if strict.OpenSessions != man.Kinds["open"] || strict.TerminalOnDisk != 100-man.Kinds["open"] || strict.Quarantined != 0 {
+		t.Errorf("strict boot recovered %+v, want %d open, %d terminal (%v)", strict, man.Kinds["open"], 100-man.Kinds["open"], man.Kinds)
 	}
 	if res.ServingSeconds <= 0 || res.AnsweredSeconds < res.ServingSeconds || res.RSSBytes <= 0 || res.HWMBytes < res.RSSBytes {
 		t.Errorf("implausible figures %+v", res)

@@ -29,11 +29,14 @@ type StartResult struct {
 	ServingSeconds  float64 `json:"serving_s"`
 	AnsweredSeconds float64 `json:"answered_s"`
 	// RecoverySeconds is the "took" of macpd's "recovered" log line (list
-	// the stored sessions, replay the open ones); 0 if it logged none.
+	// the open sessions, or every stored one in a strict boot, and replay
+	// the open ones); 0 if it logged none.
 	RecoverySeconds float64 `json:"recovery_s"`
 	OpenSessions    int     `json:"open_sessions"`
-	TerminalOnDisk  int     `json:"terminal_sessions_on_disk"`
-	Quarantined     int     `json:"quarantined"`
+	// TerminalOnDisk is counted by a strict boot only (MACP_STRICT_RECOVERY:
+	// the default boot does not list terminal sessions); 0 otherwise.
+	TerminalOnDisk int `json:"terminal_sessions_on_disk"`
+	Quarantined    int `json:"quarantined"`
 	// CPUSeconds is the user+system CPU time macpd used up to the answer.
 	CPUSeconds float64 `json:"cpu_s"`
 	// RSSBytes and HWMBytes are VmRSS and VmHWM (peak) of the macpd

@@ -131,8 +131,12 @@ func (m replayModes) Lookup(id string) (e mode.Entry, ok bool) {
 
 // recover restores durable extension modes and registered policies, then
 // loads every OPEN session by replay. Terminal sessions stay on disk until
-// asked for. A session whose deadline passed while the runtime was down
-// expires right away (its timer is already due) with an Expire record.
+// asked for, and are not even listed: the store's ListOpen visits the OPEN
+// and quarantined sessions only, so boot grows with them, not with all
+// history. With StrictRecovery every stored session's summary is checked
+// (List), and any failure refuses the start. A session whose deadline
+// passed while the runtime was down expires right away (its timer is
+// already due) with an Expire record.
 func (r *Runtime) recover(ctx context.Context) error {
 	start := time.Now()
 	if err := r.loadModes(ctx); err != nil {
@@ -143,7 +147,11 @@ func (r *Runtime) recover(ctx context.Context) error {
 	}
 	var open, terminal, quarantined int
 	var infos []store.SessionInfo
-	err := r.store.List(ctx, func(info store.SessionInfo) error {
+	listing, what := r.store.ListOpen, "listing open sessions"
+	if r.opts.StrictRecovery {
+		listing, what = r.store.List, "listing stored sessions"
+	}
+	err := listing(ctx, func(info store.SessionInfo) error {
 		switch {
 		case info.Quarantined != "":
 			quarantined++
@@ -154,13 +162,13 @@ func (r *Runtime) recover(ctx context.Context) error {
 			r.log.Error("session quarantined", "session_id", info.SessionID, "reason", info.Quarantined)
 		case info.Status == session.Open:
 			infos = append(infos, info)
-		default:
+		default: // only List (strict) gives terminal sessions
 			terminal++
 		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("runtime: listing stored sessions: %w", err)
+		return fmt.Errorf("runtime: %s: %w", what, err)
 	}
 	replayed, err := r.replayAll(ctx, infos)
 	if err != nil {
@@ -178,8 +186,12 @@ func (r *Runtime) recover(ctx context.Context) error {
 		open++
 	}
 	if open+terminal+quarantined > 0 {
-		r.log.Info("recovered", "open_sessions", open, "terminal_sessions_on_disk", terminal,
-			"quarantined", quarantined, "took", time.Since(start).Round(time.Millisecond))
+		attrs := []any{"open_sessions", open, "quarantined", quarantined, "took", time.Since(start).Round(time.Millisecond)}
+		if r.opts.StrictRecovery {
+			// Only a strict boot lists (and checks) the terminal sessions.
+			attrs = append(attrs, "terminal_sessions_on_disk", terminal)
+		}
+		r.log.Info("recovered", attrs...)
 	}
 	return nil
 }

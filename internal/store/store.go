@@ -112,6 +112,18 @@ type Store interface {
 	// integrity check is listed with Quarantined set rather than failing
 	// the listing.
 	List(ctx context.Context, fn func(SessionInfo) error) error
+	// ListOpen calls fn, in id order, for every session whose status is
+	// OPEN and for every quarantined session (Quarantined set, whatever
+	// its status: damage found earlier, or found now in an OPEN session's
+	// summary), and for no terminal one, until fn returns an error (which
+	// ListOpen returns); each summary is the one List gives. It is what
+	// recovery needs at start, and its cost grows with those sessions,
+	// not with all stored history: a store keeps the set of OPEN sessions
+	// as they start and end instead of reading every session's summary.
+	// So it checks only the summaries it lists: damage to a terminal
+	// session that nothing found yet is found when the session is read
+	// (Info, Read), or by List, which checks every session.
+	ListOpen(ctx context.Context, fn func(SessionInfo) error) error
 	// Purge deletes a whole session, records and summary, atomically and
 	// durably. Only terminal sessions: an OPEN session is ErrNotTerminal, a
 	// quarantined one ErrCorrupt (its evidence is kept), an unknown one

@@ -91,6 +91,13 @@ func (h *handle) List(ctx context.Context, fn func(store.SessionInfo) error) err
 	return h.inner.List(ctx, fn)
 }
 
+func (h *handle) ListOpen(ctx context.Context, fn func(store.SessionInfo) error) error {
+	if err := h.ok(); err != nil {
+		return err
+	}
+	return h.inner.ListOpen(ctx, fn)
+}
+
 func (h *handle) Purge(ctx context.Context, id string) error {
 	if err := h.ok(); err != nil {
 		return err

@@ -69,6 +69,12 @@ func wantQuarantined(t *testing.T, s store.Store, why string) {
 	if infos[1].Quarantined != "" {
 		t.Fatalf("bystander quarantined: %s", infos[1].Quarantined)
 	}
+	// ListOpen lists the victim (OPEN or terminal) as quarantined too,
+	// and the OPEN bystander.
+	if open := listOpenAll(t, s); len(open) != 2 || open[0].SessionID != victim || open[0].Quarantined == "" ||
+		open[1].SessionID != bystander || open[1].Quarantined != "" {
+		t.Fatalf("ListOpen = %+v", open)
+	}
 	info, err := s.Info(ctx, victim)
 	if err != nil || info.Quarantined == "" {
 		t.Fatalf("Info(victim) = %+v, %v; want Quarantined", info, err)

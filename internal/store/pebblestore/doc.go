@@ -6,8 +6,10 @@
 // # Key layout
 //
 //	f                          format marker: "macpd.store.v1"
+//	f/open-set                 "1": the store keeps the open set (o/; see below)
 //	h/<session id> 0x00 <seq>  one record (record.Encode), seq as 8 bytes big-endian
 //	i/<session id>             the session's index entry (record.EncodeIndex; see below)
+//	o/<session id>             empty: the session is in the open set (its index entry is not terminal)
 //	q/<session id>             quarantine mark: why the session failed verification (UTF-8)
 //	m/<key>                    meta value (PutMeta)
 //
@@ -46,7 +48,7 @@
 // before, with an index entry per batch, read the same: their index
 // entries name the last record.
 //
-// Readers (Info, List and so recovery, LastSeq, Append's tips, Purge,
+// Readers (Info, List and ListOpen, LastSeq, Append's tips, Purge,
 // Read) take a session's summary from its last record, found by a reverse
 // seek on its records and self-hash checked, and check the index entry
 // against the records: a terminal index entry, or one that names the last
@@ -68,6 +70,41 @@
 // A terminal session is covered as before, its index entry naming its
 // last record; a torn write cannot cause either, as a batch is applied
 // whole or not at all.
+//
+// # Open set
+//
+// ListOpen, which the runtime's recovery calls at every start, must not
+// read every stored session: most are terminal, and reading each one's
+// summary (a point lookup and a reverse seek) made boot grow with all
+// history, about 20 us per stored session (docs/benchmarks.md, Recovery).
+// So the store keeps the set of sessions whose index entry is not
+// terminal, one empty key o/<id> each: the batch that writes a session's
+// index entry sets it when the entry is not terminal (the session's first
+// batch) and deletes it when it is (the batch that ends the session);
+// Purge deletes it too. The open set is thus exactly as durable and as
+// atomic as the index entries. ListOpen iterates it, merged in id order
+// with the quarantine marks, and summarizes each of those sessions as
+// List does (same checks, same quarantine), passing on the OPEN and the
+// quarantined ones: its cost grows with them, not with all sessions.
+//
+// A store written before the open set existed has no o/ keys and no
+// f/open-set marker. The first writable Open builds the set once: one
+// pass over the index entries (no record is read), an o/ key for each
+// entry that is not terminal or does not decode (ListOpen then reports
+// the damage), and the marker, in one batch with one sync; it logs how
+// long that took. A read-only Open of such a store leaves it as it is, and
+// its ListOpen reads every session like List, filtered.
+//
+// What this gives up: ListOpen checks only the sessions it lists. Damage
+// to a terminal session (or to an OPEN session's o/ key, which Pebble's
+// checksums guard as everything else) is found when the session is read,
+// or by List, which checks them all (the runtime's strict recovery lists
+// every session). And an older build run on the store after this one
+// ignores the open set: the sessions it starts get no o/ key (ListOpen
+// misses them, so recovery loads them only when they are asked for), and
+// the o/ keys of sessions it ends or purges stay (harmless: ListOpen skips
+// a terminal or missing session). After running an older build, delete
+// the f/open-set key so that the next Open rebuilds the set.
 //
 // # Recovery
 //
@@ -91,8 +128,8 @@
 // record to record, the index entry against the records (above: an OPEN
 // session's only against the record it names and the last record's
 // status), and Pebble's own block checksums. A failure is confined to its session: Read returns
-// store.ErrCorrupt naming the session and record; Info and List report the
-// session with SessionInfo.Quarantined set instead of failing; Append and
+// store.ErrCorrupt naming the session and record; Info, List and ListOpen
+// report the session with SessionInfo.Quarantined set instead of failing; Append and
 // Purge refuse it. The store also writes the quarantine mark q/<id> (unless
 // opened read-only), so the session stays listed as quarantined even when
 // nothing reads its history again; nothing is ever deleted or repaired

@@ -10,8 +10,15 @@ const (
 	formatKey   = "f"
 	formatValue = "macpd.store.v1"
 
+	// openSetKey marks a store whose open set (o/) is kept: written with
+	// the format marker into a new store, and once by Open into a store
+	// written before the open set existed (package doc: open set).
+	openSetKey   = "f/open-set"
+	openSetValue = "1"
+
 	histPrefix  = "h/"
 	indexPrefix = "i/"
+	openPrefix  = "o/"
 	quarPrefix  = "q/"
 	metaPrefix  = "m/"
 )
@@ -61,6 +68,7 @@ func parseHistKey(k []byte) (id string, seq uint64, ok bool) {
 }
 
 func indexKey(id string) []byte { return append([]byte(indexPrefix), id...) }
+func openKey(id string) []byte  { return append([]byte(openPrefix), id...) }
 func quarKey(id string) []byte  { return append([]byte(quarPrefix), id...) }
 func metaKey(k string) []byte   { return append([]byte(metaPrefix), k...) }
 
@@ -84,3 +92,11 @@ func RecordKey(sessionID string, seq uint64) []byte { return histKey(sessionID, 
 
 // IndexKey: see RecordKey.
 func IndexKey(sessionID string) []byte { return indexKey(sessionID) }
+
+// OpenKey is the key of a session's entry in the open set, and OpenSetKey
+// the marker saying the store keeps one (package doc: key layout): see
+// RecordKey.
+func OpenKey(sessionID string) []byte { return openKey(sessionID) }
+
+// OpenSetKey: see OpenKey.
+func OpenSetKey() []byte { return []byte(openSetKey) }

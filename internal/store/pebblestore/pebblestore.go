@@ -69,6 +69,11 @@ type Store struct {
 	indexEveryBatch bool
 	fail            *failState
 	events          *events // counted by the EventListener (metrics.go)
+	// openSet: the store keeps the open set (o/), so ListOpen reads it;
+	// false only for a read-only store written before the open set
+	// existed, where ListOpen reads every session (package doc: open
+	// set). Set by Open.
+	openSet bool
 
 	// life tracks calls in progress so that Close waits for them (Pebble
 	// panics on use after Close).
@@ -220,7 +225,71 @@ func Open(dir string, o Options) (*Store, error) {
 		_ = s.closeDB()
 		return nil, err
 	}
+	if err := s.loadOpenSet(); err != nil {
+		_ = s.closeDB()
+		return nil, err
+	}
 	return s, nil
+}
+
+// loadOpenSet sets s.openSet from the marker, building the open set first
+// in a writable store written before it existed (package doc: open set):
+// one batch adds every session whose index entry is not terminal (or does
+// not decode: ListOpen then finds the damage) and the marker, with one
+// sync.
+func (s *Store) loadOpenSet() error {
+	_, ok, err := get(s.db, []byte(openSetKey))
+	switch {
+	case err != nil:
+		return fmt.Errorf("pebblestore: reading the open-set marker: %w", err)
+	case ok:
+		s.openSet = true
+		return nil
+	case s.readOnly:
+		return nil // ListOpen reads every session
+	}
+	start := time.Now()
+	b := s.db.NewBatch()
+	defer b.Close()
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(indexPrefix), UpperBound: prefixEnd([]byte(indexPrefix))})
+	if err != nil {
+		return err
+	}
+	var sessions, open int
+	var verr error
+	for ok := it.First(); ok; ok = it.Next() {
+		sessions++
+		id := string(it.Key()[len(indexPrefix):])
+		v, err := it.ValueAndErr()
+		if err != nil {
+			verr = err
+			break
+		}
+		if info, err := record.DecodeIndex(v, id); err != nil || !info.Status.Terminal() {
+			open++
+			if err := b.Set(openKey(id), nil, nil); err != nil {
+				_ = it.Close()
+				return err
+			}
+		}
+	}
+	if err := errors.Join(verr, it.Error(), it.Close()); err != nil {
+		// Unreadable index entries: without the marker, ListOpen reads
+		// every session (and reports the damage it finds), and the next
+		// writable Open tries again.
+		s.log.Error("pebblestore: could not build the open-session set; listing open sessions reads every session", "err", err)
+		return s.fail.get()
+	}
+	if err := b.Set([]byte(openSetKey), []byte(openSetValue), nil); err != nil {
+		return err
+	}
+	if err := s.commit(b); err != nil {
+		return fmt.Errorf("pebblestore: writing the open-session set: %w", err)
+	}
+	s.openSet = true
+	s.log.Info("pebblestore: built the open-session set (once, for a store written before it)",
+		"sessions", sessions, "open", open, "took", time.Since(start).Round(time.Millisecond))
+	return nil
 }
 
 // loadMarks reads every quarantine mark into s.marks (Open).
@@ -276,7 +345,13 @@ func (s *Store) checkFormat() error {
 	if s.readOnly {
 		return nil
 	}
-	if err := s.db.Set([]byte(formatKey), []byte(formatValue), pebble.Sync); err != nil {
+	// A new store keeps the open set from the start.
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := errors.Join(b.Set([]byte(formatKey), []byte(formatValue), nil), b.Set([]byte(openSetKey), []byte(openSetValue), nil)); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("pebblestore: writing the format marker: %w", err)
 	}
 	return s.fail.get()

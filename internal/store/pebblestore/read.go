@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -300,9 +301,41 @@ func (s *Store) List(ctx context.Context, fn func(store.SessionInfo) error) erro
 		return err
 	}
 	defer s.leave()
+	return s.marking(func(visit func(store.SessionInfo, error) error) error {
+		return s.list(ctx, visit)
+	}, fn)
+}
+
+// ListOpen implements store.Store: the sessions of the open set (o/) and
+// the quarantined ones, in id order, each summarized as List does (package
+// doc: open set). A read-only store written before the open set existed
+// has none: its every session is read, as List does, and filtered.
+func (s *Store) ListOpen(ctx context.Context, fn func(store.SessionInfo) error) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	filtered := func(info store.SessionInfo) error {
+		if info.Status != session.Open && info.Quarantined == "" {
+			return nil
+		}
+		return fn(info)
+	}
+	return s.marking(func(visit func(store.SessionInfo, error) error) error {
+		if !s.openSet {
+			return s.list(ctx, visit)
+		}
+		return s.listOpen(ctx, visit)
+	}, filtered)
+}
+
+// marking runs a listing, passing each summary to fn, and marks the
+// sessions it found corrupt afterwards (not while the listing's snapshot
+// and iterators are open).
+func (s *Store) marking(listing func(func(store.SessionInfo, error) error) error, fn func(store.SessionInfo) error) error {
 	var found []error
 	var ids []string
-	err := s.list(ctx, func(info store.SessionInfo, corrupt error) error {
+	err := listing(func(info store.SessionInfo, corrupt error) error {
 		if corrupt != nil {
 			ids, found = append(ids, info.SessionID), append(found, corrupt)
 		}
@@ -314,23 +347,53 @@ func (s *Store) List(ctx context.Context, fn func(store.SessionInfo) error) erro
 	return err
 }
 
-func (s *Store) list(ctx context.Context, fn func(store.SessionInfo, error) error) error {
-	snap := s.db.NewSnapshot()
-	defer snap.Close()
+// readMarks returns the quarantine marks of a snapshot.
+func readMarks(snap *pebble.Snapshot) (map[string]string, error) {
 	marks := make(map[string]string)
 	qit, err := snap.NewIter(&pebble.IterOptions{LowerBound: []byte(quarPrefix), UpperBound: prefixEnd([]byte(quarPrefix))})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for ok := qit.First(); ok; ok = qit.Next() {
 		v, err := qit.ValueAndErr()
 		if err != nil {
 			qit.Close()
-			return err
+			return nil, err
 		}
 		marks[string(qit.Key()[len(quarPrefix):])] = string(v)
 	}
 	if err := errors.Join(qit.Error(), qit.Close()); err != nil {
+		return nil, err
+	}
+	return marks, nil
+}
+
+// listed summarizes one listed session (summarize over look, an iterator
+// on the h/ space): a corrupt one comes back with Quarantined set and the
+// corruption as corrupt, a marked one with its mark's reason. Other
+// errors (not the data's) are err.
+func listed(look *pebble.Iterator, id string, raw []byte, hasIndex bool, mark string) (info store.SessionInfo, corrupt, err error) {
+	info, err = summarize(look, id, raw, hasIndex)
+	if err != nil {
+		c, ok := asCorrupt(id, err)
+		if !ok {
+			return info, nil, err
+		}
+		corrupt = c
+		info.SessionID = id
+		info.Quarantined = c.Error()
+	}
+	if mark != "" {
+		info.Quarantined = mark
+	}
+	return info, corrupt, nil
+}
+
+func (s *Store) list(ctx context.Context, fn func(store.SessionInfo, error) error) error {
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	marks, err := readMarks(snap)
+	if err != nil {
 		return err
 	}
 	histBounds := &pebble.IterOptions{LowerBound: []byte(histPrefix), UpperBound: prefixEnd([]byte(histPrefix))}
@@ -385,25 +448,93 @@ func (s *Store) list(ctx context.Context, fn func(store.SessionInfo, error) erro
 				hid, _, _ = parseHistKey(scan.Key())
 			}
 		}
-		info, err := summarize(look, id, raw, hasIndex)
-		var corrupt error
+		info, corrupt, err := listed(look, id, raw, hasIndex, marks[id])
 		if err != nil {
-			c, ok := asCorrupt(id, err)
-			if !ok {
-				return err
-			}
-			corrupt = c
-			info.SessionID = id
-			info.Quarantined = c.Error()
-		}
-		if reason := marks[id]; reason != "" {
-			info.Quarantined = reason
+			return err
 		}
 		if err := fn(info, corrupt); err != nil {
 			return err
 		}
 	}
 	return errors.Join(iit.Error(), scan.Error())
+}
+
+// listOpen is list over the open set and the quarantine marks only: in id
+// order, each session of either once, summarized as list does. An
+// open-set entry of a session that has neither index entry nor records
+// (purged by a build without the open set) is skipped, as list would not
+// see the session; a terminal one is passed on (ListOpen leaves it out).
+func (s *Store) listOpen(ctx context.Context, fn func(store.SessionInfo, error) error) error {
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	marks, err := readMarks(snap)
+	if err != nil {
+		return err
+	}
+	marked := make([]string, 0, len(marks))
+	for id := range marks {
+		marked = append(marked, id)
+	}
+	slices.Sort(marked)
+	oit, err := snap.NewIter(&pebble.IterOptions{LowerBound: []byte(openPrefix), UpperBound: prefixEnd([]byte(openPrefix))})
+	if err != nil {
+		return err
+	}
+	defer oit.Close()
+	look, err := snap.NewIter(&pebble.IterOptions{LowerBound: []byte(histPrefix), UpperBound: prefixEnd([]byte(histPrefix))})
+	if err != nil {
+		return err
+	}
+	defer look.Close()
+
+	ook := oit.First()
+	for n := 0; ook || len(marked) > 0; n++ {
+		if n%256 == 255 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		var id string
+		switch {
+		case !ook:
+			id, marked = marked[0], marked[1:]
+		default:
+			id = string(oit.Key()[len(openPrefix):])
+			if len(marked) > 0 && marked[0] <= id {
+				if marked[0] == id {
+					ook = oit.Next()
+				}
+				id, marked = marked[0], marked[1:]
+			} else {
+				ook = oit.Next()
+			}
+		}
+		raw, hasIndex, err := get(snap, indexKey(id))
+		var info store.SessionInfo
+		var corrupt error
+		if err != nil {
+			c, ok := asCorrupt(id, err)
+			if !ok {
+				return err
+			}
+			info, corrupt = store.SessionInfo{SessionID: id, Quarantined: c.Error()}, c
+			if mark := marks[id]; mark != "" {
+				info.Quarantined = mark
+			}
+		} else {
+			info, corrupt, err = listed(look, id, raw, hasIndex, marks[id])
+			if errors.Is(err, store.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if err := fn(info, corrupt); err != nil {
+			return err
+		}
+	}
+	return oit.Error()
 }
 
 // Sessions implements store.Store.

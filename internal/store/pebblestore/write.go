@@ -107,7 +107,9 @@ func (s *Store) AppendAsync(ctx context.Context, recs []session.Record) (func() 
 // session or changes its status (package doc: index entry): the first
 // batch, and the one that ends it. Other batches write records only, so
 // an OPEN session's index entry lags its history and readers take the tip
-// from the last record (summarize).
+// from the last record (summarize). The batches that write the index
+// entry also add the session to the open set, or remove it once the
+// session ends.
 func (s *Store) prepare(b *pebble.Batch, recs []session.Record) error {
 	sc := &s.scratch
 	clear(sc.pos)
@@ -159,6 +161,17 @@ func (s *Store) prepare(b *pebble.Batch, recs []session.Record) error {
 		sc.index = v
 		sc.key = append(append(sc.key[:0], indexPrefix...), last.SessionID...)
 		if err := b.Set(sc.key, v, nil); err != nil {
+			return err
+		}
+		// The open set follows the index entry's status (package doc:
+		// open set).
+		sc.key = append(append(sc.key[:0], openPrefix...), last.SessionID...)
+		if ps.tip.status.Terminal() {
+			err = b.Delete(sc.key, nil)
+		} else {
+			err = b.Set(sc.key, nil, nil)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -266,6 +279,11 @@ func (s *Store) Purge(ctx context.Context, id string) error {
 		return err
 	}
 	if err := b.Delete(indexKey(id), nil); err != nil {
+		return err
+	}
+	// A terminal session has no open-set entry, unless a build without
+	// the open set ended it (package doc: open set).
+	if err := b.Delete(openKey(id), nil); err != nil {
 		return err
 	}
 	if err := s.commit(b); err != nil {

@@ -40,7 +40,10 @@
 //     Hash is record.HashOf(PrevHash, the appended record); hashes do not
 //     depend on batching, Read from the middle or caller-supplied hashes;
 //   - Info (LastSeq, Status, LastAcceptedMs, LastHash, Final) after every
-//     append, List in id order with the same summaries, Purge of terminal
+//     append, List in id order with the same summaries, ListOpen (the
+//     OPEN sessions of List, in id order, with List's summaries; a session
+//     leaves it when it ends, a purged one is gone, a new one joins it,
+//     also in batches that mix sessions and across a reopen), Purge of terminal
 //     sessions only (whole session, prefix-sharing ids untouched), the meta
 //     key-value space (prefix listing, overwrite, delete, copies), invalid
 //     session ids (ErrInvalid);
@@ -106,6 +109,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 	t.Run("HashChain", h.hashChain)
 	t.Run("InfoTracking", h.infoTracking)
 	t.Run("List", h.list)
+	t.Run("ListOpen", h.listOpen)
 	t.Run("Purge", h.purge)
 	t.Run("Meta", h.meta)
 	t.Run("InvalidSessionID", h.invalidSessionID)
@@ -1090,6 +1094,120 @@ func (h *harness) list(t *testing.T) {
 	if !errors.Is(err, stop) || !slices.Equal(seen, ids[:2]) {
 		t.Fatalf("List with failing fn = %v after %v", err, seen)
 	}
+}
+
+func listOpen(t *testing.T, s store.Store) []store.SessionInfo {
+	t.Helper()
+	var out []store.SessionInfo
+	if err := s.ListOpen(ctx, func(info store.SessionInfo) error {
+		out = append(out, info)
+		return nil
+	}); err != nil {
+		t.Fatalf("ListOpen: %v", err)
+	}
+	return out
+}
+
+// wantListOpen checks that ListOpen gives exactly the sessions ids, in id
+// order, each with the summary List gives it, and that List's other
+// sessions are terminal (the suite quarantines nothing: store tests do).
+func wantListOpen(t *testing.T, s store.Store, ids ...string) {
+	t.Helper()
+	ids = slices.Sorted(slices.Values(ids))
+	got := listOpen(t, s)
+	var gotIDs []string
+	for _, info := range got {
+		gotIDs = append(gotIDs, info.SessionID)
+	}
+	if !slices.Equal(gotIDs, ids) {
+		t.Fatalf("ListOpen = %v, want %v", gotIDs, ids)
+	}
+	var ref []store.SessionInfo
+	for _, info := range list(t, s) {
+		if info.Quarantined != "" {
+			t.Fatalf("List: %s quarantined: %s", info.SessionID, info.Quarantined)
+		}
+		if info.Status == session.Open {
+			ref = append(ref, info)
+		} else if !info.Status.Terminal() {
+			t.Fatalf("List: %s has status %v", info.SessionID, info.Status)
+		}
+	}
+	if len(ref) != len(got) {
+		t.Fatalf("ListOpen gave %d sessions, List has %d OPEN ones", len(got), len(ref))
+	}
+	for i := range ref {
+		if d := diffInfo(ref[i], got[i]); d != "" {
+			t.Fatalf("ListOpen: %s: %s (against List)", got[i].SessionID, d)
+		}
+	}
+}
+
+// ListOpen: the OPEN sessions only, in id order, with List's summaries; a
+// session leaves when it ends, a purged one is gone, a session that starts
+// joins; with WithReopen, the same after a reopen.
+func (h *harness) listOpen(t *testing.T) {
+	hd := h.fresh(t)
+	wantListOpen(t, hd.s)
+	const (
+		idD = "A-upper-case-sorts-first-0"
+		idE = "resolved-by-commitment"
+	)
+	a := history(idA, 6, 0)
+	mustAppend(t, hd.s, a[:2]) // OPEN, in several batches
+	mustAppend(t, hd.s, a[2:4])
+	mustAppend(t, hd.s, history(idAB, 3, session.KindCancel)) // starts and ends in one batch
+	mustAppend(t, hd.s, history(idB, 1, 0))
+	mustAppend(t, hd.s, history(idC, 2, 0))
+	d := history(idD, 3, session.KindExpire)
+	mustAppend(t, hd.s, d[:2])
+	mustAppend(t, hd.s, d[2:]) // ends in a later batch
+	e := history(idE, 4, session.KindMessage)
+	mustAppend(t, hd.s, e[:1])
+	wantListOpen(t, hd.s, idA, idB, idC, idE)
+
+	// fn's error stops the listing.
+	stop := errors.New("stop")
+	var seen []string
+	err := hd.s.ListOpen(ctx, func(info store.SessionInfo) error {
+		seen = append(seen, info.SessionID)
+		if len(seen) == 2 {
+			return fmt.Errorf("wrapped: %w", stop)
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || !slices.Equal(seen, []string{idA, idB}) { // idA < idB < idC, idE
+		t.Fatalf("ListOpen with failing fn = %v after %v", err, seen)
+	}
+
+	// One batch ends a session, continues another and starts a third.
+	f := history("fresh", 2, 0)
+	mustAppend(t, hd.s, append(append(e[1:], a[4]), f[0]))
+	wantListOpen(t, hd.s, idA, idB, idC, "fresh")
+	// A session that ends leaves; purged, it is gone; its id starting
+	// afresh joins again.
+	mustAppend(t, hd.s, []session.Record{expireRec(idB, 2, 99)})
+	wantListOpen(t, hd.s, idA, idC, "fresh")
+	for _, id := range []string{idB, idAB, idE} {
+		if err := hd.s.Purge(ctx, id); err != nil {
+			t.Fatalf("Purge(%s): %v", id, err)
+		}
+	}
+	wantListOpen(t, hd.s, idA, idC, "fresh")
+	mustAppend(t, hd.s, history(idB, 2, 0))
+	wantListOpen(t, hd.s, idA, idB, idC, "fresh")
+	if h.cfg.reopen == nil {
+		return
+	}
+	h.reopen(t, hd)
+	wantListOpen(t, hd.s, idA, idB, idC, "fresh")
+	// After a reopen (tips loaded from the store): a session ends, one
+	// continues, one starts.
+	mustAppend(t, hd.s, []session.Record{cancelRec(idC, 3, 100), a[5], f[1], startRec("zzzz-new", 101)})
+	wantListOpen(t, hd.s, idA, idB, "fresh", "zzzz-new")
+	h.reopen(t, hd)
+	wantListOpen(t, hd.s, idA, idB, "fresh", "zzzz-new")
+	wantHistory(t, hd.s, a)
 }
 
 // Purge: whole terminal sessions only.
