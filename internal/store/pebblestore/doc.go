@@ -5,7 +5,7 @@
 //
 // # Key layout
 //
-//	f                          format marker: "macpd.store.v1"
+//	f                          format marker: "macpd.store.v2" ("macpd.store.v1": written before the open set)
 //	f/open-set                 "1": the store keeps the open set (o/; see below)
 //	h/<session id> 0x00 <seq>  one record (record.Encode), seq as 8 bytes big-endian
 //	i/<session id>             the session's index entry (record.EncodeIndex; see below)
@@ -87,24 +87,27 @@
 // List does (same checks, same quarantine), passing on the OPEN and the
 // quarantined ones: its cost grows with them, not with all sessions.
 //
-// A store written before the open set existed has no o/ keys and no
-// f/open-set marker. The first writable Open builds the set once: one
-// pass over the index entries (no record is read), an o/ key for each
-// entry that is not terminal or does not decode (ListOpen then reports
-// the damage), and the marker, in one batch with one sync; it logs how
+// A store written before the open set existed has no o/ keys, no
+// f/open-set marker and the format marker macpd.store.v1. The first
+// writable Open builds the set once: one pass over the index entries (no
+// record is read), an o/ key for each entry that is not terminal or does
+// not decode (ListOpen then reports the damage), the marker and the
+// format marker macpd.store.v2, in one batch with one sync; it logs how
 // long that took. A read-only Open of such a store leaves it as it is, and
-// its ListOpen reads every session like List, filtered.
+// its ListOpen reads every session like List, filtered. The format
+// ratchet keeps a build that reads only v1 from running on the store
+// without maintaining the set: it refuses to open it, naming the format.
 //
 // What this gives up: ListOpen checks only the sessions it lists. Damage
 // to a terminal session (or to an OPEN session's o/ key, which Pebble's
 // checksums guard as everything else) is found when the session is read,
 // or by List, which checks them all (the runtime's strict recovery lists
-// every session). And an older build run on the store after this one
-// ignores the open set: the sessions it starts get no o/ key (ListOpen
-// misses them, so recovery loads them only when they are asked for), and
-// the o/ keys of sessions it ends or purges stay (harmless: ListOpen skips
-// a terminal or missing session). After running an older build, delete
-// the f/open-set key so that the next Open rebuilds the set.
+// every session). Builds that read only the v1 format refuse a v2 store;
+// should one run on it anyway (its marker edited back to v1), the sessions
+// it starts get no o/ key (ListOpen misses them, so recovery loads them
+// only when they are asked for) and the o/ keys of sessions it ends or
+// purges stay (harmless: ListOpen skips a terminal or missing session):
+// deleting the f/open-set key makes the next Open rebuild the set.
 //
 // # Recovery
 //

@@ -7,8 +7,14 @@ import (
 
 // Key prefixes (package doc: key layout).
 const (
-	formatKey   = "f"
-	formatValue = "macpd.store.v1"
+	formatKey = "f"
+	// formatValue marks a store that keeps the open set; formatV1 one
+	// written before it (package doc: open set). The first writable Open
+	// of a v1 store builds the set and writes v2, so that a build that
+	// reads only v1 refuses the store instead of running without its open
+	// set.
+	formatValue = "macpd.store.v2"
+	formatV1    = "macpd.store.v1"
 
 	// openSetKey marks a store whose open set (o/) is kept: written with
 	// the format marker into a new store, and once by Open into a store

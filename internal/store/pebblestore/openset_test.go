@@ -145,6 +145,10 @@ func TestListOpenOnStoreWithoutOpenSet(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		if got := string(rawGet(t, db, []byte("f"))); got != "macpd.store.v2" {
+			t.Fatalf("format marker %q, want macpd.store.v2", got)
+		}
+		rawSet(t, db, []byte("f"), []byte("macpd.store.v1"))
 	})
 	quarantined := []string{"bad", "t3"}
 
@@ -152,8 +156,8 @@ func TestListOpenOnStoreWithoutOpenSet(t *testing.T) {
 	wantOpenList(t, ro, false, open, quarantined)
 	_ = ro.Close()
 	rawEdit(t, fs, "db", func(db *pebble.DB) {
-		if got := rawKeys(t, db, "o/"); len(got) != 0 || rawHas(t, db, pebblestore.OpenSetKey()) || rawHas(t, db, []byte("q/bad")) {
-			t.Fatalf("a read-only open wrote: open set %q, marker %v, mark of bad %v", got, rawHas(t, db, pebblestore.OpenSetKey()), rawHas(t, db, []byte("q/bad")))
+		if got := rawKeys(t, db, "o/"); len(got) != 0 || rawHas(t, db, pebblestore.OpenSetKey()) || rawHas(t, db, []byte("q/bad")) || string(rawGet(t, db, []byte("f"))) != "macpd.store.v1" {
+			t.Fatalf("a read-only open wrote: open set %q, marker %v, mark of bad %v, format %q", got, rawHas(t, db, pebblestore.OpenSetKey()), rawHas(t, db, []byte("q/bad")), rawGet(t, db, []byte("f")))
 		}
 	})
 
@@ -174,6 +178,9 @@ func TestListOpenOnStoreWithoutOpenSet(t *testing.T) {
 		}
 		if !rawHas(t, db, []byte("q/bad")) {
 			t.Fatal("ListOpen found bad's damage but did not mark it")
+		}
+		if got := string(rawGet(t, db, []byte("f"))); got != "macpd.store.v2" {
+			t.Fatalf("format marker %q after building the open set, want macpd.store.v2", got)
 		}
 	})
 
@@ -321,4 +328,52 @@ func TestListOpenReadsNoTerminalSession(t *testing.T) {
 	if n := len(listOpenAll(t, s)); n != 32 {
 		t.Fatalf("ListOpen after List marked the damage: %d sessions, want 32", n)
 	}
+}
+
+// The format marker ratchets: a store whose open set exists but whose
+// marker still says v1 (built by a build that did not ratchet) is
+// upgraded to v2 by a writable Open without rebuilding the set, a
+// read-only Open leaves it; a format this build does not know is refused,
+// named, and nothing is written.
+func TestFormatMarker(t *testing.T) {
+	fs := vfs.NewMem()
+	s := mustOpen(t, "db", pebblestore.Options{FS: fs})
+	appendN(t, s, "o1", 1, 2, 0)
+	_ = s.Close()
+	rawEdit(t, fs, "db", func(db *pebble.DB) { rawSet(t, db, []byte("f"), []byte("macpd.store.v1")) })
+
+	ro := mustOpen(t, "db", pebblestore.Options{FS: fs, ReadOnly: true})
+	wantOpenList(t, ro, false, []string{"o1"}, nil)
+	_ = ro.Close()
+	rawEdit(t, fs, "db", func(db *pebble.DB) {
+		if got := string(rawGet(t, db, []byte("f"))); got != "macpd.store.v1" {
+			t.Fatalf("read-only open wrote the format marker: %q", got)
+		}
+	})
+	var logged bytes.Buffer
+	w := mustOpen(t, "db", pebblestore.Options{FS: fs, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if strings.Contains(logged.String(), "built the open-session set") {
+		t.Fatalf("open set rebuilt though its marker was there: %s", logged.String())
+	}
+	wantOpenList(t, w, false, []string{"o1"}, nil)
+	_ = w.Close()
+	rawEdit(t, fs, "db", func(db *pebble.DB) {
+		if got := string(rawGet(t, db, []byte("f"))); got != "macpd.store.v2" {
+			t.Fatalf("format marker %q after a writable open, want macpd.store.v2", got)
+		}
+		rawSet(t, db, []byte("f"), []byte("macpd.store.v9"))
+	})
+	for _, ro := range []bool{false, true} {
+		if st, err := pebblestore.Open("db", pebblestore.Options{FS: fs, ReadOnly: ro}); err == nil {
+			_ = st.Close()
+			t.Fatalf("a store of format v9 opened (read-only %v)", ro)
+		} else if !strings.Contains(err.Error(), `"macpd.store.v9"`) {
+			t.Fatalf("refusal does not name the format: %v", err)
+		}
+	}
+	rawEdit(t, fs, "db", func(db *pebble.DB) {
+		if got := string(rawGet(t, db, []byte("f"))); got != "macpd.store.v9" {
+			t.Fatalf("a refused open wrote the format marker: %q", got)
+		}
+	})
 }

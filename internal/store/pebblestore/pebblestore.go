@@ -74,6 +74,10 @@ type Store struct {
 	// existed, where ListOpen reads every session (package doc: open
 	// set). Set by Open.
 	openSet bool
+	// formatV1: the format marker still says macpd.store.v1 (a read-only
+	// open of a store written before the open set; Open upgrades a
+	// writable one).
+	formatV1 bool
 
 	// life tracks calls in progress so that Close waits for them (Pebble
 	// panics on use after Close).
@@ -242,8 +246,21 @@ func (s *Store) loadOpenSet() error {
 	switch {
 	case err != nil:
 		return fmt.Errorf("pebblestore: reading the open-set marker: %w", err)
-	case ok:
+	case ok && (s.readOnly || !s.formatV1):
 		s.openSet = true
+		return nil
+	case ok:
+		// The set was built by a build that kept the v1 format marker:
+		// ratchet the format.
+		b := s.db.NewBatch()
+		defer b.Close()
+		if err := b.Set([]byte(formatKey), []byte(formatValue), nil); err != nil {
+			return err
+		}
+		if err := s.commit(b); err != nil {
+			return fmt.Errorf("pebblestore: writing the format marker: %w", err)
+		}
+		s.openSet, s.formatV1 = true, false
 		return nil
 	case s.readOnly:
 		return nil // ListOpen reads every session
@@ -280,13 +297,13 @@ func (s *Store) loadOpenSet() error {
 		s.log.Error("pebblestore: could not build the open-session set; listing open sessions reads every session", "err", err)
 		return s.fail.get()
 	}
-	if err := b.Set([]byte(openSetKey), []byte(openSetValue), nil); err != nil {
+	if err := errors.Join(b.Set([]byte(openSetKey), []byte(openSetValue), nil), b.Set([]byte(formatKey), []byte(formatValue), nil)); err != nil {
 		return err
 	}
 	if err := s.commit(b); err != nil {
 		return fmt.Errorf("pebblestore: writing the open-session set: %w", err)
 	}
-	s.openSet = true
+	s.openSet, s.formatV1 = true, false
 	s.log.Info("pebblestore: built the open-session set (once, for a store written before it)",
 		"sessions", sessions, "open", open, "took", time.Since(start).Round(time.Millisecond))
 	return nil
@@ -323,8 +340,12 @@ func (s *Store) checkFormat() error {
 	switch {
 	case err == nil:
 		defer closer.Close()
-		if string(v) != formatValue {
-			return fmt.Errorf("pebblestore: %s holds format %q, this build reads %q", s.dir, v, formatValue)
+		switch string(v) {
+		case formatValue:
+		case formatV1:
+			s.formatV1 = true // loadOpenSet upgrades it
+		default:
+			return fmt.Errorf("pebblestore: %s holds format %q, this build reads %q and %q", s.dir, v, formatValue, formatV1)
 		}
 		return nil
 	case !errors.Is(err, pebble.ErrNotFound):
