@@ -59,11 +59,11 @@ type Options struct {
 	// (metrics.go); nil counts nothing.
 	Metrics *Metrics
 	// CommitTimeout bounds how long a call waits for its records to become
-	// durable (a stuck disk): after it the call is answered with an error
+	// durable (a stuck disk): after it (up to an eighth more: the waits
+	// share one ticker, deadline.go) the call is answered with an error
 	// and its records, if they land later, are not acknowledged. 0 leaves
 	// only the caller's context. The server sets it to the unary call
-	// limit, so that Send needs no per-call context of its own (a timer
-	// here costs a fraction of context.WithTimeout on the hot path).
+	// limit, so that Send needs no per-call context of its own.
 	CommitTimeout time.Duration
 }
 
@@ -134,6 +134,9 @@ type Runtime struct {
 	PolicyChanges *Hub[int64]
 
 	rates *senderRates // per-sender rate limits (ratelimit.go)
+	// deadlines bounds commit waits (Options.CommitTimeout; deadline.go);
+	// nil without a timeout.
+	deadlines *deadlines
 
 	metrics   *Metrics     // nil: none (metrics.go)
 	followers atomic.Int64 // registered followers, all sessions (metrics)
@@ -249,6 +252,9 @@ func New(st store.Store, modes *mode.Registry, policies policy.Lookup, opts Opti
 	}
 	r.modes.Store(modes)
 	r.timers = newTimerLoop(opts.Now, r.expireByTimer)
+	if opts.CommitTimeout > 0 {
+		r.deadlines = newDeadlines(opts.CommitTimeout)
+	}
 	return r
 }
 
@@ -262,6 +268,10 @@ func (r *Runtime) Start(ctx context.Context) error {
 	r.wg.Add(1)
 	go func() { defer r.wg.Done(); r.housekeeping() }()
 	go func() { defer r.wg.Done(); r.timers.run(r.stop) }()
+	if r.deadlines != nil {
+		r.wg.Add(1)
+		go func() { defer r.wg.Done(); r.deadlines.run(r.stop) }()
+	}
 	return nil
 }
 
@@ -630,11 +640,9 @@ func (r *Runtime) step(ctx context.Context, env *macpv1.Envelope) *macpv1.Ack {
 // not nil, runs with the commit's outcome either way (in the background if
 // ctx ended first), so follow-ups do not depend on the caller's patience.
 func (r *Runtime) await(ctx context.Context, done chan error, then func(error)) error {
-	var expired <-chan time.Time
-	if d := r.opts.CommitTimeout; d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		expired = t.C
+	var expired <-chan struct{} // nil: no bound but ctx
+	if r.deadlines != nil {
+		expired = r.deadlines.after()
 	}
 	var err error
 	select {
