@@ -174,6 +174,12 @@ const (
 	minStreamWorkers    = 128
 )
 
+// Inbound flow-control windows (static; see NewGRPCServer).
+const (
+	streamWindow = 1 << 20
+	connWindow   = 4 << 20
+)
+
 // NewGRPCServer builds a grpc.Server with the service, health and
 // reflection registered. extra options are appended (credentials, ...).
 func (s *Service) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *health.Server) {
@@ -195,6 +201,16 @@ func (s *Service) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *heal
 	// (more calls in flight, long-lived streams), grpc-go starts a
 	// goroutine as before. An idle worker costs a parked goroutine.
 	opts = append(opts, grpc.NumStreamWorkers(uint32(max(streamWorkersPerCPU*goruntime.GOMAXPROCS(0), minStreamWorkers))))
+	// Static inbound flow-control windows instead of grpc-go's dynamic
+	// ones: the dynamic window's bandwidth estimator answers incoming
+	// data with a window update and a PING whenever no estimate is under
+	// way, which at many small Sends is frames, syscalls and client work
+	// on every round trip (64 concurrent sessions, 16 alternating 5 s
+	// pairs: throughput higher in 12, median +8%; server CPU per ack lower
+	// in 13; one session with 16 senders: no difference beyond noise).
+	// The windows cover a largest Send (1 MiB payload) per stream and four
+	// per connection; the dynamic window may grow to 16 MiB.
+	opts = append(opts, grpc.InitialWindowSize(streamWindow), grpc.InitialConnWindowSize(connWindow))
 	g := grpc.NewServer(append(opts, extra...)...)
 	macpv1.RegisterMACPRuntimeServiceServer(g, s)
 	hs := health.NewServer()
