@@ -207,7 +207,8 @@ func (s *Service) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *heal
 	// way, which at many small Sends is frames, syscalls and client work
 	// on every round trip (64 concurrent sessions, 16 alternating 5 s
 	// pairs: throughput higher in 12, median +8%; server CPU per ack lower
-	// in 13; one session with 16 senders: no difference beyond noise).
+	// in 13; but scripts/bench.sh, builds alternated twice, and one session
+	// with 16 senders: no difference beyond noise).
 	// The windows cover a largest Send (1 MiB payload) per stream and four
 	// per connection; the dynamic window may grow to 16 MiB.
 	opts = append(opts, grpc.InitialWindowSize(streamWindow), grpc.InitialConnWindowSize(connWindow))
