@@ -3,6 +3,8 @@ package pebblestore
 import (
 	"bytes"
 	"encoding/binary"
+
+	"github.com/cockroachdb/pebble/v2"
 )
 
 // Key prefixes (package doc: key layout).
@@ -77,6 +79,12 @@ func indexKey(id string) []byte { return append([]byte(indexPrefix), id...) }
 func openKey(id string) []byte  { return append([]byte(openPrefix), id...) }
 func quarKey(id string) []byte  { return append([]byte(quarPrefix), id...) }
 func metaKey(k string) []byte   { return append([]byte(metaPrefix), k...) }
+
+// prefixBounds are iterator bounds covering exactly the keys that start
+// with prefix.
+func prefixBounds(prefix string) *pebble.IterOptions {
+	return &pebble.IterOptions{LowerBound: []byte(prefix), UpperBound: prefixEnd([]byte(prefix))}
+}
 
 // prefixEnd returns the smallest key greater than every key starting with
 // prefix (prefix is never all 0xff here).

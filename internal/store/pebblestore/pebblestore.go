@@ -268,7 +268,7 @@ func (s *Store) loadOpenSet() error {
 	start := time.Now()
 	b := s.db.NewBatch()
 	defer b.Close()
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(indexPrefix), UpperBound: prefixEnd([]byte(indexPrefix))})
+	it, err := s.db.NewIter(prefixBounds(indexPrefix))
 	if err != nil {
 		return err
 	}
@@ -311,22 +311,11 @@ func (s *Store) loadOpenSet() error {
 
 // loadMarks reads every quarantine mark into s.marks (Open).
 func (s *Store) loadMarks() error {
-	s.marks.m = make(map[string]string)
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(quarPrefix), UpperBound: prefixEnd([]byte(quarPrefix))})
+	marks, err := readMarks(s.db)
 	if err != nil {
-		return err
-	}
-	for ok := it.First(); ok; ok = it.Next() {
-		v, err := it.ValueAndErr()
-		if err != nil {
-			_ = it.Close()
-			return fmt.Errorf("pebblestore: reading the quarantine marks: %w", err)
-		}
-		s.marks.m[string(it.Key()[len(quarPrefix):])] = string(v)
-	}
-	if err := errors.Join(it.Error(), it.Close()); err != nil {
 		return fmt.Errorf("pebblestore: reading the quarantine marks: %w", err)
 	}
+	s.marks.m = marks
 	return s.fail.get()
 }
 

@@ -347,10 +347,11 @@ func (s *Store) marking(listing func(func(store.SessionInfo, error) error) error
 	return err
 }
 
-// readMarks returns the quarantine marks of a snapshot.
-func readMarks(snap *pebble.Snapshot) (map[string]string, error) {
+// readMarks returns the quarantine marks r holds (the store's Pebble or a
+// snapshot of it).
+func readMarks(r pebble.Reader) (map[string]string, error) {
 	marks := make(map[string]string)
-	qit, err := snap.NewIter(&pebble.IterOptions{LowerBound: []byte(quarPrefix), UpperBound: prefixEnd([]byte(quarPrefix))})
+	qit, err := r.NewIter(prefixBounds(quarPrefix))
 	if err != nil {
 		return nil, err
 	}
@@ -396,8 +397,8 @@ func (s *Store) list(ctx context.Context, fn func(store.SessionInfo, error) erro
 	if err != nil {
 		return err
 	}
-	histBounds := &pebble.IterOptions{LowerBound: []byte(histPrefix), UpperBound: prefixEnd([]byte(histPrefix))}
-	iit, err := snap.NewIter(&pebble.IterOptions{LowerBound: []byte(indexPrefix), UpperBound: prefixEnd([]byte(indexPrefix))})
+	histBounds := prefixBounds(histPrefix)
+	iit, err := snap.NewIter(prefixBounds(indexPrefix))
 	if err != nil {
 		return err
 	}
@@ -476,12 +477,12 @@ func (s *Store) listOpen(ctx context.Context, fn func(store.SessionInfo, error) 
 		marked = append(marked, id)
 	}
 	slices.Sort(marked)
-	oit, err := snap.NewIter(&pebble.IterOptions{LowerBound: []byte(openPrefix), UpperBound: prefixEnd([]byte(openPrefix))})
+	oit, err := snap.NewIter(prefixBounds(openPrefix))
 	if err != nil {
 		return err
 	}
 	defer oit.Close()
-	look, err := snap.NewIter(&pebble.IterOptions{LowerBound: []byte(histPrefix), UpperBound: prefixEnd([]byte(histPrefix))})
+	look, err := snap.NewIter(prefixBounds(histPrefix))
 	if err != nil {
 		return err
 	}
