@@ -1,7 +1,6 @@
 package loadgen_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -18,6 +17,7 @@ import (
 	"github.com/macpd/macpd/internal/loadgen"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
+	"github.com/macpd/macpd/internal/testutil"
 )
 
 func startApp(t *testing.T) *app.App {
@@ -56,23 +56,8 @@ func (s storeHistory) History(ctx context.Context, sid string) ([]*macpv1.Envelo
 	return envs, err
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log sink safe for concurrent writers and a reader.
+type syncBuffer = testutil.SyncBuffer
 
 func checkLatency(t *testing.T, l loadgen.Latency, count int64) {
 	t.Helper()
