@@ -340,3 +340,39 @@ func TestFlippedSSTableBytes(t *testing.T) {
 	wantCorrupt(t, err, "Read over a damaged sstable")
 	t.Logf("Read: %v", err)
 }
+
+// TestMissingIndexAndFirstRecord pins the documented limit of the
+// point-lookup path for sessions without an index entry (package doc:
+// index entry): with the index entry and record 1 both gone, Info and
+// Append's tip see no session, while List, which walks the records,
+// still reports the damage.
+func TestMissingIndexAndFirstRecord(t *testing.T) {
+	s, _ := damagedVictim(t, false, func(db *pebble.DB) {
+		b := db.NewBatch()
+		if err := b.Delete(pebblestore.IndexKey(victim), nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Delete(pebblestore.RecordKey(victim, 1), nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Commit(pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if _, err := s.Info(ctx, victim); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Info(victim) = %v, want ErrNotFound (the documented limit)", err)
+	}
+	infos := listAll(t, s)
+	if len(infos) != 2 || infos[0].SessionID != victim || !strings.Contains(infos[0].Quarantined, "without an index entry") {
+		t.Fatalf("List = %+v, want the victim quarantined", infos)
+	}
+	// Only record 1 missing (index entry kept) is found by Info as before.
+	s2, _ := damagedVictim(t, false, func(db *pebble.DB) {
+		if err := db.Delete(pebblestore.RecordKey(victim, 1), pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if _, err := readAll(s2, victim); !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("Read with record 1 missing = %v, want ErrCorrupt", err)
+	}
+}

@@ -43,6 +43,22 @@ func (s *Store) checkedIndex(r pebble.Reader, id string) (store.SessionInfo, err
 	if err != nil {
 		return store.SessionInfo{SessionID: id}, err
 	}
+	if !ok {
+		// No index entry: usually a session that does not exist (every
+		// SessionStart checks). Two point lookups, which Pebble's bloom
+		// filters answer without reading the tables, instead of an
+		// iterator, which seeks in every level: a session has an index
+		// entry from its first batch on, so records without one are
+		// damage, and such damage keeps the first record (package doc:
+		// index entry). Only if record 1 is there too is the history
+		// summarized, and reported corrupt.
+		if _, has, err := get(r, histKey(id, 1)); err != nil || !has {
+			if err == nil {
+				err = store.ErrNotFound
+			}
+			return store.SessionInfo{SessionID: id}, err
+		}
+	}
 	it, err := r.NewIter(&pebble.IterOptions{LowerBound: histStart(id), UpperBound: histEnd(id)})
 	if err != nil {
 		return store.SessionInfo{SessionID: id}, err
