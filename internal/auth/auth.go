@@ -20,6 +20,26 @@ type Authenticator interface {
 	Authenticate(ctx context.Context, md metadata.MD) (coord.Identity, error)
 }
 
+// Headers are the metadata keys the authenticators of this package read.
+var Headers = []string{"authorization", "x-macp-agent-id", "x-macp-token"}
+
+// IncomingMD returns the incoming request metadata under Headers, and
+// nothing else: metadata.FromIncomingContext copies every header of every
+// call (about 2% of the server's CPU at 64 concurrent sessions). A new
+// authenticator that reads another header must add it to Headers.
+func IncomingMD(ctx context.Context) metadata.MD {
+	var md metadata.MD
+	for _, k := range Headers {
+		if v := metadata.ValueFromIncomingContext(ctx, k); len(v) > 0 {
+			if md == nil {
+				md = make(metadata.MD, 1)
+			}
+			md[k] = v
+		}
+	}
+	return md
+}
+
 // Chain tries authenticators in order.
 type Chain []Authenticator
 

@@ -143,3 +143,29 @@ func TestChain(t *testing.T) {
 		t.Errorf("wrapped ErrNoCredentials is skipped: %+v %v", id, err)
 	}
 }
+
+// TestIncomingMD: the authenticators see the headers they read (Headers),
+// whatever their case on the wire, and nothing else is copied.
+func TestIncomingMD(t *testing.T) {
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.MD{
+		"authorization":   {"Bearer alice"},
+		"X-Macp-Agent-Id": {"bob"},
+		"x-macp-token":    {"tok"},
+		"user-agent":      {"grpc-go"},
+		"x-other":         {"v"},
+	})
+	md := IncomingMD(ctx)
+	if len(md) != 3 || md.Get("authorization")[0] != "Bearer alice" || md.Get("x-macp-agent-id")[0] != "bob" || md.Get("x-macp-token")[0] != "tok" {
+		t.Fatalf("IncomingMD = %v", md)
+	}
+	if id, err := (Dev{}).Authenticate(ctx, md); err != nil || id.Sender != "alice" {
+		t.Fatalf("Dev = %+v, %v", id, err)
+	}
+	delete(md, "authorization")
+	if id, err := (Dev{}).Authenticate(ctx, md); err != nil || id.Sender != "bob" {
+		t.Fatalf("Dev by agent id = %+v, %v", id, err)
+	}
+	if md := IncomingMD(context.Background()); len(md) != 0 {
+		t.Fatalf("IncomingMD without metadata = %v", md)
+	}
+}

@@ -112,8 +112,7 @@ func (s *Service) authenticate(ctx context.Context, method string) (context.Cont
 	if !isMACPMethod(method) {
 		return ctx, nil // health, reflection
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	id, err := s.auth.Authenticate(ctx, md)
+	id, err := s.auth.Authenticate(ctx, auth.IncomingMD(ctx))
 	switch {
 	case err == nil:
 		return context.WithValue(ctx, identityKey{}, id), nil
