@@ -592,6 +592,14 @@ func TestStreamSubscribeHalfCloseDrainsThenEnds(t *testing.T) {
 		t.Fatalf("trailer %d %v, want %d", last, ok, len(hist))
 	}
 
+	// A stream whose after_sequence is beyond the end is live from when
+	// it opened, and records accepted in that same millisecond count as
+	// live (FollowOptions.LiveSinceMs): open it in a later millisecond
+	// than the last acceptance, so that nothing is live.
+	recs := e.history(t, sid)
+	for time.Now().UnixMilli() <= recs[len(recs)-1].AcceptedAtMs {
+		time.Sleep(time.Millisecond)
+	}
 	ss = e.subscribe(t, "alice", sid, 1<<40)
 	if err := ss.s.CloseSend(); err != nil {
 		t.Fatal(err)
