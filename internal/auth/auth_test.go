@@ -144,9 +144,10 @@ func TestChain(t *testing.T) {
 	}
 }
 
-// TestIncomingMD: the authenticators see the headers they read (Headers),
-// whatever their case on the wire, and nothing else is copied.
-func TestIncomingMD(t *testing.T) {
+// TestAuthenticateIncoming: the authenticators see the headers they read
+// (Headers), whatever their case on the wire, and nothing else; the
+// recycled map carries nothing from one call to the next.
+func TestAuthenticateIncoming(t *testing.T) {
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.MD{
 		"authorization":   {"Bearer alice"},
 		"X-Macp-Agent-Id": {"bob"},
@@ -154,18 +155,26 @@ func TestIncomingMD(t *testing.T) {
 		"user-agent":      {"grpc-go"},
 		"x-other":         {"v"},
 	})
-	md := IncomingMD(ctx)
-	if len(md) != 3 || md.Get("authorization")[0] != "Bearer alice" || md.Get("x-macp-agent-id")[0] != "bob" || md.Get("x-macp-token")[0] != "tok" {
-		t.Fatalf("IncomingMD = %v", md)
+	var seen metadata.MD
+	spy := authFunc(func(md metadata.MD) (coord.Identity, error) {
+		seen = md.Copy()
+		return Dev{}.Authenticate(context.Background(), md)
+	})
+	if id, err := AuthenticateIncoming(ctx, spy); err != nil || id.Sender != "alice" {
+		t.Fatalf("AuthenticateIncoming = %+v, %v", id, err)
 	}
-	if id, err := (Dev{}).Authenticate(ctx, md); err != nil || id.Sender != "alice" {
-		t.Fatalf("Dev = %+v, %v", id, err)
+	if len(seen) != 3 || seen.Get("authorization")[0] != "Bearer alice" || seen.Get("x-macp-agent-id")[0] != "bob" || seen.Get("x-macp-token")[0] != "tok" {
+		t.Fatalf("authenticator saw %v", seen)
 	}
-	delete(md, "authorization")
-	if id, err := (Dev{}).Authenticate(ctx, md); err != nil || id.Sender != "bob" {
-		t.Fatalf("Dev by agent id = %+v, %v", id, err)
+	ctx = metadata.NewIncomingContext(context.Background(), metadata.MD{"x-macp-agent-id": {"bob"}})
+	if id, err := AuthenticateIncoming(ctx, spy); err != nil || id.Sender != "bob" || len(seen) != 1 {
+		t.Fatalf("by agent id = %+v, %v (saw %v)", id, err, seen)
 	}
-	if md := IncomingMD(context.Background()); len(md) != 0 {
-		t.Fatalf("IncomingMD without metadata = %v", md)
+	if _, err := AuthenticateIncoming(context.Background(), spy); !errors.Is(err, ErrNoCredentials) || len(seen) != 0 {
+		t.Fatalf("without metadata = %v (saw %v), want ErrNoCredentials", err, seen)
 	}
 }
+
+type authFunc func(metadata.MD) (coord.Identity, error)
+
+func (f authFunc) Authenticate(_ context.Context, md metadata.MD) (coord.Identity, error) { return f(md) }

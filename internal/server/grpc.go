@@ -112,7 +112,7 @@ func (s *Service) authenticate(ctx context.Context, method string) (context.Cont
 	if !isMACPMethod(method) {
 		return ctx, nil // health, reflection
 	}
-	id, err := s.auth.Authenticate(ctx, auth.IncomingMD(ctx))
+	id, err := auth.AuthenticateIncoming(ctx, s.auth)
 	switch {
 	case err == nil:
 		return context.WithValue(ctx, identityKey{}, id), nil
