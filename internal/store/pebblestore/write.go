@@ -134,7 +134,7 @@ func (s *Store) prepare(b *pebble.Batch, recs []session.Record) error {
 		if r.Seq != ps.tip.seq+1 {
 			return fmt.Errorf("%w: session %s record %d, expected %d", store.ErrConflict, id, r.Seq, ps.tip.seq+1)
 		}
-		v, err := record.EncodeTo(sc.value, r, ps.tip.hash[:])
+		v, err := sc.enc.EncodeTo(sc.value, r, ps.tip.hash[:])
 		if err != nil {
 			return err
 		}
@@ -200,6 +200,7 @@ type appendScratch struct {
 	pos               map[string]int // session id -> index in sess
 	sess              []pendingTip   // sessions of the batch, first-seen order
 	key, value, index []byte
+	enc               record.Encoder
 }
 
 // pendingTip is one session's tip after the records prepared so far.

@@ -200,32 +200,55 @@ func Encode(rec session.Record, prev []byte) (value, hash []byte, err error) {
 // of rec in dst[:0] (or a larger new slice); rec's Hash is the value's last
 // HashSize bytes.
 func EncodeTo(dst []byte, rec session.Record, prev []byte) ([]byte, error) {
+	var e Encoder
+	return e.EncodeTo(dst, rec, prev)
+}
+
+// Encoder is EncodeTo without the allocation of its protobuf messages
+// per record (they escape to the heap through the marshaller): it reuses
+// its own. The zero value is ready; an Encoder is not safe for concurrent
+// use and keeps no reference to a record after EncodeTo returns.
+type Encoder struct {
+	pb    storev1.Record
+	start storev1.StartInfo
+	pol   storev1.PolicyDescriptor
+	sum   [HashSize]byte // the hash goes through an interface: here, not on the heap per call
+}
+
+// EncodeTo is the package's EncodeTo, reusing e's messages.
+func (e *Encoder) EncodeTo(dst []byte, rec session.Record, prev []byte) ([]byte, error) {
 	if len(prev) != HashSize {
 		return nil, fmt.Errorf("record: previous hash has %d bytes, want %d", len(prev), HashSize)
 	}
-	var pb storev1.Record
-	fillProto(&pb, rec)
-	var start storev1.StartInfo
-	var pol storev1.PolicyDescriptor
+	pb := &e.pb
+	defer e.reset()
+	fillProto(pb, rec)
 	if rec.Start != nil {
-		fillStart(&start, &pol, rec.Start)
-		pb.Start = &start
+		fillStart(&e.start, &e.pol, rec.Start)
+		pb.Start = &e.start
 	}
-	size := deterministic.Size(&pb)
+	size := deterministic.Size(pb)
 	value := dst[:0]
 	if cap(value) < size+TrailerSize {
 		value = make([]byte, 0, size+TrailerSize)
 	}
-	value, err := deterministic.MarshalAppend(value, &pb)
+	value, err := deterministic.MarshalAppend(value, pb)
 	if err != nil {
 		return nil, fmt.Errorf("record: encoding session %s record %d: %w", rec.SessionID, rec.Seq, err)
 	}
-	var h [HashSize]byte
-	sumInto(&h, prev, value)
+	sumInto(&e.sum, prev, value)
 	value = append(value, tagPrev, HashSize)
 	value = append(value, prev...)
 	value = append(value, tagHash, HashSize)
-	return append(value, h[:]...), nil
+	return append(value, e.sum[:]...), nil
+}
+
+// reset drops the references the messages hold (the record's envelope,
+// payloads and policy) so that nothing outlives the call.
+func (e *Encoder) reset() {
+	e.pb.Reset()
+	e.start.Reset()
+	e.pol.Reset()
 }
 
 // Decode parses a stored value, checks its self hash and returns the record
