@@ -177,4 +177,6 @@ func TestAuthenticateIncoming(t *testing.T) {
 
 type authFunc func(metadata.MD) (coord.Identity, error)
 
-func (f authFunc) Authenticate(_ context.Context, md metadata.MD) (coord.Identity, error) { return f(md) }
+func (f authFunc) Authenticate(_ context.Context, md metadata.MD) (coord.Identity, error) {
+	return f(md)
+}
