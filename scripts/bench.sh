@@ -8,7 +8,13 @@
 #      once) driven by "macpctl load --transport echo" at 64 concurrent
 #      sessions;
 #   3. macpd driven by the same client at 1, 16 and 64 concurrent sessions,
-#      and one session with 16 concurrent senders.
+#      and one session with 16 concurrent senders;
+#   4. the floor for any durable server on this machine: echo-bench
+#      --durable (each Send appended to a log and answered after a group
+#      fdatasync, nothing validated or indexed), driven like macpd at 64
+#      concurrent sessions and one session with 16 senders. Its ratios to
+#      the other ceilings say how far the targets are from what this
+#      machine allows at all; macpd's ratios to it say what macpd adds.
 #
 # Every round measures all of them, in that order, so each round's ratios
 # compare figures taken minutes apart. The report gives, per figure, the
@@ -114,6 +120,11 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')
 echo_pid=$!
 pids+=($echo_pid)
 echo_addr=$(wait_for "$dir/echo.out" '127\.0\.0\.1:[0-9]+')
+mkdir -p "$dir/durecho"
+"$bin/echo-bench" --addr 127.0.0.1:0 --durable "$dir/durecho" >"$dir/durecho.out" 2>&1 &
+durecho_pid=$!
+pids+=($durecho_pid)
+durecho_addr=$(wait_for "$dir/durecho.out" '127\.0\.0\.1:[0-9]+')
 
 export MACP_ALLOW_INSECURE=1 MACP_BIND_ADDR=127.0.0.1:0 MACP_LOG_LEVEL=info MACP_LOG_FORMAT=text
 # The load generator is one sender: lift the per-sender rate limits.
@@ -144,6 +155,8 @@ for round in $(seq "$rounds"); do
 	load c16 "$round" "$macpd_pid" "$macpd_addr" macp --concurrency 16
 	load c64 "$round" "$macpd_pid" "$macpd_addr" macp --concurrency 64
 	load s1x16 "$round" "$macpd_pid" "$macpd_addr" macp --concurrency 1 --sessions 1 --messages 100000000 --senders 16
+	load decho64 "$round" "$durecho_pid" "$durecho_addr" echo --concurrency 64
+	load decho1x16 "$round" "$durecho_pid" "$durecho_addr" echo --concurrency 1 --sessions 1 --messages 100000000 --senders 16
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')
 
@@ -199,8 +212,10 @@ row "macpd, 1 session at a time" c1
 row "macpd, 16 concurrent sessions" c16
 row "macpd, 64 concurrent sessions" c64
 row "macpd, 1 session x 16 concurrent senders" s1x16
+row "durable echo, 64 concurrent sessions" decho64
+row "durable echo, 1 session x 16 senders" decho1x16
 failed=0
-for n in echo64 c1 c16 c64 s1x16; do
+for n in echo64 c1 c16 c64 s1x16 decho64 decho1x16; do
 	for r in $(seq "$rounds"); do
 		f=$(get "$n" "$r" failed)
 		failed=$((failed + ${f:-0}))
@@ -227,10 +242,19 @@ printf '  %-56s %18s\n' "macpd 64 sessions / disk 64-appends-per-sync" "$(ratio 
 printf '  %-56s %18s\n' "1 session x 16 senders / 1 session, 1 sender" "$(ratio s1x16 tput c1 tput)"
 printf '  %-56s %18s\n' "macpd 64 server CPU per ack / echo server CPU per ack" "$(ratio c64 srvcpu echo64 srvcpu)"
 printf '  %-56s %18s\n' "p50 latency macpd 1 session / disk sync p50 (one per append)" "$(ratio c1 p50 disk1 p50)"
+echo "  the floor: a durable echo (group fdatasync, nothing else) against the same targets, and macpd against it"
+r_decho=$(ratio decho64 tput echo64 tput)
+r_ddisk=$(ratio decho64 tput disk1 tput)
+r_d16=$(ratio decho1x16 tput disk1 tput)
+printf '  %-56s %18s   target >= 0.75: %s\n' "durable echo 64 sessions / echo 64 sessions" "$r_decho" "$(target "$r_decho" 0.75)"
+printf '  %-56s %18s   target >= 4: %s\n' "durable echo 64 sessions / disk one-sync-per-append" "$r_ddisk" "$(target "$r_ddisk" 4)"
+printf '  %-56s %18s   target >= 3: %s\n' "durable echo 1 x 16 senders / disk one-sync-per-append" "$r_d16" "$(target "$r_d16" 3)"
+printf '  %-56s %18s\n' "macpd 64 sessions / durable echo 64 sessions" "$(ratio c64 tput decho64 tput)"
+printf '  %-56s %18s\n' "macpd 1 x 16 senders / durable echo 1 x 16 senders" "$(ratio s1x16 tput decho1x16 tput)"
 if [ -n "${BENCH_RAW:-}" ]; then
 	echo
 	echo "raw figures per round (acked/s; disk: appends/s)"
-	for n in disk1 disk64 echo64 c1 c16 c64 s1x16; do
+	for n in disk1 disk64 echo64 c1 c16 c64 s1x16 decho64 decho1x16; do
 		printf '  %-8s' "$n"
 		for r in $(seq "$rounds"); do printf ' %10s' "$(get "$n" "$r" tput | cut -d. -f1)"; done
 		echo

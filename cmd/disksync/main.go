@@ -26,6 +26,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/macpd/macpd/internal/datasync"
 )
 
 func main() {
@@ -88,7 +90,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var syncFn func(*os.File) error
 	switch *syncMode {
 	case "fdatasync":
-		syncFn = fdatasync
+		syncFn = datasync.File
 	case "fsync":
 		syncFn = (*os.File).Sync
 	default:

@@ -4,6 +4,10 @@
 // storage; every other RPC is unimplemented). Drive it with
 // "macpctl load --transport echo --insecure --addr ADDR".
 //
+// With --durable DIR it is instead the floor for durable servers
+// (loadgen.DurableEchoService): each Send's envelope is appended to a log
+// file in DIR and answered once a group fdatasync covering it returned.
+//
 // It prints "echo-bench listening on ADDR" once serving (use --addr
 // 127.0.0.1:0 for a free port) and stops on SIGINT or SIGTERM.
 package main
@@ -19,6 +23,7 @@ import (
 	"syscall"
 
 	"github.com/macpd/macpd/internal/loadgen"
+	"google.golang.org/grpc"
 )
 
 func main() {
@@ -34,6 +39,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("echo-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:0", "listen address")
+	durable := fs.String("durable", "", "directory for the log of a durable echo (group fdatasync before each answer); empty: plain echo")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -44,7 +50,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	g := loadgen.NewEchoServer()
+	var g *grpc.Server
+	if *durable != "" {
+		svc, err := loadgen.NewDurableEchoService(*durable)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		defer svc.Close()
+		g = loadgen.NewDurableEchoServer(svc)
+	} else {
+		g = loadgen.NewEchoServer()
+	}
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(lis) }()
 	fmt.Fprintf(stdout, "echo-bench listening on %s\n", lis.Addr())

@@ -17,11 +17,16 @@ import (
 // syncBuffer is a log sink safe for concurrent writers and a reader.
 type syncBuffer = testutil.SyncBuffer
 
-func TestEcho(t *testing.T) {
+func TestEcho(t *testing.T) { testEcho(t, "--addr", "127.0.0.1:0") }
+
+// --durable serves the same answers, after a sync (loadgen tests the log).
+func TestDurableEcho(t *testing.T) { testEcho(t, "--addr", "127.0.0.1:0", "--durable", t.TempDir()) }
+
+func testEcho(t *testing.T, args ...string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errOut syncBuffer
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"--addr", "127.0.0.1:0"}, &out, &errOut) }()
+	go func() { done <- run(ctx, args, &out, &errOut) }()
 	var addr string
 	for deadline := time.Now().Add(5 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		if s, ok := strings.CutPrefix(strings.TrimSpace(out.String()), "echo-bench listening on "); ok {
@@ -64,5 +69,8 @@ func TestUsage(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"--addr", "not an address"}, &out, &errOut); err == nil {
 		t.Fatal("bad address accepted")
+	}
+	if err := run(context.Background(), []string{"--durable", "/nonexistent/dir"}, &out, &errOut); err == nil {
+		t.Fatal("unusable --durable directory accepted")
 	}
 }

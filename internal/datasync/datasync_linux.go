@@ -1,12 +1,12 @@
-package main
+package datasync
 
 import (
 	"os"
 	"syscall"
 )
 
-// fdatasync flushes the file's data and size, not its other metadata.
-func fdatasync(f *os.File) error {
+// File flushes the file's data and size, not its other metadata.
+func File(f *os.File) error {
 	for {
 		err := syscall.Fdatasync(int(f.Fd()))
 		if err != syscall.EINTR {
