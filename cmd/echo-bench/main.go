@@ -6,7 +6,8 @@
 //
 // With --durable DIR it is instead the floor for durable servers
 // (loadgen.DurableEchoService): each Send's envelope is appended to a log
-// file in DIR and answered once a group fdatasync covering it returned.
+// file in DIR and answered once a group fdatasync covering it returned,
+// served with macpd's transport settings (server.TransportOptions).
 //
 // It prints "echo-bench listening on ADDR" once serving (use --addr
 // 127.0.0.1:0 for a free port) and stops on SIGINT or SIGTERM.
@@ -23,6 +24,7 @@ import (
 	"syscall"
 
 	"github.com/macpd/macpd/internal/loadgen"
+	"github.com/macpd/macpd/internal/server"
 	"google.golang.org/grpc"
 )
 
@@ -58,7 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer svc.Close()
-		g = loadgen.NewDurableEchoServer(svc)
+		g = loadgen.NewDurableEchoServer(svc, server.TransportOptions()...)
 	} else {
 		g = loadgen.NewEchoServer()
 	}

@@ -190,27 +190,7 @@ func (s *Service) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *heal
 	if s.opts.MaxRecvBytes > 0 {
 		opts = append(opts, grpc.MaxRecvMsgSize(s.opts.MaxRecvBytes))
 	}
-	// A pool of stream workers instead of a new goroutine per RPC: a
-	// worker's stack has already grown to what a Send needs, where a fresh
-	// goroutine copies its stack several times per call (runtime.copystack
-	// was ~5% of the server's CPU under load). A Send holds its worker
-	// while its commit syncs, so the pool must cover the calls in flight,
-	// not the CPUs: with one worker per CPU nearly every call found them
-	// busy and got a fresh goroutine after all. When every worker is busy
-	// (more calls in flight, long-lived streams), grpc-go starts a
-	// goroutine as before. An idle worker costs a parked goroutine.
-	opts = append(opts, grpc.NumStreamWorkers(uint32(max(streamWorkersPerCPU*goruntime.GOMAXPROCS(0), minStreamWorkers))))
-	// Static inbound flow-control windows instead of grpc-go's dynamic
-	// ones: the dynamic window's bandwidth estimator answers incoming
-	// data with a window update and a PING whenever no estimate is under
-	// way, which at many small Sends is frames, syscalls and client work
-	// on every round trip (64 concurrent sessions, 16 alternating 5 s
-	// pairs: throughput higher in 12, median +8%; server CPU per ack lower
-	// in 13; but scripts/bench.sh, builds alternated twice, and one session
-	// with 16 senders: no difference beyond noise).
-	// The windows cover a largest Send (1 MiB payload) per stream and four
-	// per connection; the dynamic window may grow to 16 MiB.
-	opts = append(opts, grpc.InitialWindowSize(streamWindow), grpc.InitialConnWindowSize(connWindow))
+	opts = append(opts, TransportOptions()...)
 	g := grpc.NewServer(append(opts, extra...)...)
 	macpv1.RegisterMACPRuntimeServiceServer(g, s)
 	hs := health.NewServer()
@@ -218,6 +198,36 @@ func (s *Service) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *heal
 	hs.SetServingStatus(macpv1.MACPRuntimeService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	reflection.Register(g)
 	return g, hs
+}
+
+// TransportOptions are the grpc-go settings macpd serves with, besides
+// its interceptors and limits; the durable echo floor (echo-bench
+// --durable) uses them too, so that comparing macpd with it leaves the
+// transport out.
+func TransportOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		// A pool of stream workers instead of a new goroutine per RPC: a
+		// worker's stack has already grown to what a Send needs, where a fresh
+		// goroutine copies its stack several times per call (runtime.copystack
+		// was ~5% of the server's CPU under load). A Send holds its worker
+		// while its commit syncs, so the pool must cover the calls in flight,
+		// not the CPUs: with one worker per CPU nearly every call found them
+		// busy and got a fresh goroutine after all. When every worker is busy
+		// (more calls in flight, long-lived streams), grpc-go starts a
+		// goroutine as before. An idle worker costs a parked goroutine.
+		grpc.NumStreamWorkers(uint32(max(streamWorkersPerCPU*goruntime.GOMAXPROCS(0), minStreamWorkers))),
+		// Static inbound flow-control windows instead of grpc-go's dynamic
+		// ones: the dynamic window's bandwidth estimator answers incoming
+		// data with a window update and a PING whenever no estimate is under
+		// way, which at many small Sends is frames, syscalls and client work
+		// on every round trip (64 concurrent sessions, 16 alternating 5 s
+		// pairs: throughput higher in 12, median +8%; server CPU per ack lower
+		// in 13; but scripts/bench.sh, builds alternated twice, and one session
+		// with 16 senders: no difference beyond noise).
+		// The windows cover a largest Send (1 MiB payload) per stream and four
+		// per connection; the dynamic window may grow to 16 MiB.
+		grpc.InitialWindowSize(streamWindow), grpc.InitialConnWindowSize(connWindow),
+	}
 }
 
 func (s *Service) capabilities() *macpv1.Capabilities {
