@@ -19,3 +19,14 @@ func WithIndexEveryBatch(o Options) Options {
 	o.indexEveryBatch = true
 	return o
 }
+
+// SetInfoAbsentHook sets the hook Info runs between finding a session
+// absent and recording it; nil removes it.
+func SetInfoAbsentHook(h func(id string)) { testHookInfoAbsent = h }
+
+// AbsentLen is the size of the store's absent set.
+func AbsentLen(s *Store) int {
+	s.absent.Lock()
+	defer s.absent.Unlock()
+	return len(s.absent.m)
+}

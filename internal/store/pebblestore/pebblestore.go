@@ -97,6 +97,16 @@ type Store struct {
 	// scratch is Append's reusable working memory (guarded by wmu).
 	scratch appendScratch
 
+	// absent holds sessions Info found absent, for the tip of the
+	// SessionStart append that usually follows (package doc: absent
+	// sessions); commits counts the batches applied. Both change under
+	// its lock together.
+	absent struct {
+		sync.Mutex
+		m       map[string]struct{}
+		commits atomic.Uint64
+	}
+
 	// marks mirrors the quarantine marks (q/<id> -> reason): loaded at
 	// Open, added to by markLocked once its mark is committed (marks are
 	// never deleted), so that Append, Info and Purge need no Pebble read
@@ -221,6 +231,7 @@ func Open(dir string, o Options) (*Store, error) {
 		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
 	}
 	s := &Store{dir: dir, db: db, log: log, readOnly: o.ReadOnly, indexEveryBatch: o.indexEveryBatch, fail: fail, events: ev, tips: make(map[string]tip), scratch: appendScratch{pos: make(map[string]int)}}
+	s.absent.m = make(map[string]struct{})
 	if err := s.checkFormat(); err != nil {
 		_ = s.closeDB()
 		return nil, err

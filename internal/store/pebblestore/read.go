@@ -27,6 +27,10 @@ func get(r pebble.Reader, key []byte) ([]byte, bool, error) {
 	return bytes.Clone(v), true, nil
 }
 
+// testHookInfoAbsent, when set (tests), runs in Info between finding a
+// session absent and recording it (noteAbsent).
+var testHookInfoAbsent func(id string)
+
 // quarantined returns a session's quarantine reason ("" if none), from
 // the in-memory copy of the marks (Store.marks).
 func (s *Store) quarantined(id string) string {
@@ -286,11 +290,18 @@ func (s *Store) Info(ctx context.Context, id string) (store.SessionInfo, error) 
 	reason := s.quarantined(id)
 	// The index entry and the last record are read from one snapshot, as
 	// they are checked against each other.
+	w0 := s.absent.commits.Load() // before the snapshot (noteAbsent)
 	snap := s.db.NewSnapshot()
 	info, err := s.checkedIndex(snap, id)
 	snap.Close()
 	switch {
 	case errors.Is(err, store.ErrNotFound) && reason == "":
+		if testHookInfoAbsent != nil {
+			testHookInfoAbsent(id)
+		}
+		if !s.readOnly {
+			s.noteAbsent(id, w0)
+		}
 		return store.SessionInfo{}, err
 	case errors.Is(err, store.ErrNotFound):
 		// Purged, or never stored, but marked: say so.

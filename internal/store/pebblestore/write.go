@@ -193,7 +193,44 @@ func (s *Store) advance() {
 			s.tips[ps.last.SessionID] = ps.tip
 		}
 	}
+	// The batch is visible: no Info that read before it may now record
+	// its sessions as absent, and none recorded before stays (absent).
+	s.absent.Lock()
+	s.absent.commits.Add(1)
+	for i := range s.scratch.sess {
+		delete(s.absent.m, s.scratch.sess[i].last.SessionID)
+	}
+	s.absent.Unlock()
 }
+
+// noteAbsent records that Info found no session id in a snapshot taken
+// after commits was w0, unless a batch was applied since (it may have
+// written the session after the snapshot): Append's tip for id then needs
+// no store read (package doc: absent sessions).
+func (s *Store) noteAbsent(id string, w0 uint64) {
+	s.absent.Lock()
+	if s.absent.commits.Load() == w0 && len(s.absent.m) < maxAbsent {
+		s.absent.m[id] = struct{}{}
+	}
+	s.absent.Unlock()
+}
+
+// takeAbsent reports (and forgets) whether Info recorded id as absent
+// with no batch applied since that wrote it; the caller holds wmu.
+func (s *Store) takeAbsent(id string) bool {
+	s.absent.Lock()
+	_, ok := s.absent.m[id]
+	if ok {
+		delete(s.absent.m, id)
+	}
+	s.absent.Unlock()
+	return ok
+}
+
+// maxAbsent bounds the absent set: entries are normally taken by the
+// SessionStart that follows the Info, but a start refused after its
+// Info leaves one behind.
+const maxAbsent = 4096
 
 // appendScratch is prepare's reusable working memory (guarded by wmu).
 type appendScratch struct {
@@ -229,6 +266,9 @@ func (s *Store) loadTip(id string) (tip, error) {
 	}
 	if reason := s.quarantined(id); reason != "" {
 		return tip{}, record.Corruptf(id, 0, "quarantined: %s", reason)
+	}
+	if s.takeAbsent(id) {
+		return tip{}, nil // a new session: Info just looked
 	}
 	info, err := s.checkedIndex(s.db, id)
 	switch {
