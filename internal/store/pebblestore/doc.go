@@ -196,7 +196,10 @@
 // The WAL is always on and synced on every commit (no WALMinSyncInterval:
 // batching is the caller's). Memtables are 32 MiB (fewer flushes for a
 // stream of small appends, a bounded WAL replay at start), the block cache
-// 64 MiB, and every level has a 10-bit bloom filter, since Append, Info and
+// 64 MiB (Pebble's cache is created larger by the memtables' worst case,
+// 96 MiB, as Pebble reserves memtable memory from it: without that the
+// memtables left no room for blocks), and every level has a 10-bit bloom
+// filter, since Append, Info and
 // LastSeq do point lookups of index keys, many of them misses for new
 // sessions. Range deletions (Purge) schedule a flush within 10 s so that
 // the space of purged sessions is reclaimed by compaction. L0 is compacted
