@@ -23,6 +23,9 @@ type Authenticator interface {
 }
 
 // Headers are the metadata keys the authenticators of this package read.
+// Every one of them takes a bearer token ("authorization") first and
+// reads the other headers only when there is none (BearerToken), so
+// AuthenticateIncoming looks the others up only then.
 var Headers = []string{"authorization", "x-macp-agent-id", "x-macp-token"}
 
 // mdPool recycles the small metadata maps AuthenticateIncoming builds.
@@ -33,12 +36,20 @@ var mdPool = sync.Pool{New: func() any { return make(metadata.MD, len(Headers)) 
 // header of every call (about 2% of the server's CPU at 64 concurrent
 // sessions), and a map per call is most of what is left, so the map is
 // recycled: authenticators must not keep md (the strings in it they may).
-// A new authenticator that reads another header must add it to Headers.
+// When the call carries a bearer token the other headers are left out
+// (each lookup walks the call's context chain), as no authenticator reads
+// them then. A new authenticator that reads another header, or reads one
+// despite a bearer token, must change Headers and this.
 func AuthenticateIncoming(ctx context.Context, a Authenticator) (coord.Identity, error) {
 	md := mdPool.Get().(metadata.MD)
-	for _, k := range Headers {
-		if v := metadata.ValueFromIncomingContext(ctx, k); len(v) > 0 {
-			md[k] = v
+	if v := metadata.ValueFromIncomingContext(ctx, Headers[0]); len(v) > 0 {
+		md[Headers[0]] = v
+	}
+	if BearerToken(md) == "" {
+		for _, k := range Headers[1:] {
+			if v := metadata.ValueFromIncomingContext(ctx, k); len(v) > 0 {
+				md[k] = v
+			}
 		}
 	}
 	id, err := a.Authenticate(ctx, md)

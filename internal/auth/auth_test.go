@@ -145,8 +145,9 @@ func TestChain(t *testing.T) {
 }
 
 // TestAuthenticateIncoming: the authenticators see the headers they read
-// (Headers), whatever their case on the wire, and nothing else; the
-// recycled map carries nothing from one call to the next.
+// (Headers), whatever their case on the wire, and nothing else; with a
+// bearer token only it (every authenticator prefers it); the recycled map
+// carries nothing from one call to the next.
 func TestAuthenticateIncoming(t *testing.T) {
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.MD{
 		"authorization":   {"Bearer alice"},
@@ -163,8 +164,37 @@ func TestAuthenticateIncoming(t *testing.T) {
 	if id, err := AuthenticateIncoming(ctx, spy); err != nil || id.Sender != "alice" {
 		t.Fatalf("AuthenticateIncoming = %+v, %v", id, err)
 	}
-	if len(seen) != 3 || seen.Get("authorization")[0] != "Bearer alice" || seen.Get("x-macp-agent-id")[0] != "bob" || seen.Get("x-macp-token")[0] != "tok" {
+	if len(seen) != 1 || seen.Get("authorization")[0] != "Bearer alice" {
+		t.Fatalf("with a bearer token the authenticator saw %v", seen)
+	}
+	// Without one (another scheme) it sees the other headers too.
+	ctx = metadata.NewIncomingContext(context.Background(), metadata.MD{
+		"authorization":   {"Basic abc"},
+		"X-Macp-Agent-Id": {"bob"},
+		"x-macp-token":    {"tok"},
+		"x-other":         {"v"},
+	})
+	if id, err := AuthenticateIncoming(ctx, spy); err != nil || id.Sender != "bob" {
+		t.Fatalf("AuthenticateIncoming = %+v, %v", id, err)
+	}
+	if len(seen) != 3 || seen.Get("authorization")[0] != "Basic abc" || seen.Get("x-macp-agent-id")[0] != "bob" || seen.Get("x-macp-token")[0] != "tok" {
 		t.Fatalf("authenticator saw %v", seen)
+	}
+	// The bearer-first rule the shortcut relies on, for each authenticator
+	// that reads another header: with a bearer token present, that header
+	// makes no difference.
+	tokens, err := NewTokens(TokensOptions{JSON: `[{"token": "good-token-0123456789", "sender": "carol"}]`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, a := range map[string]Authenticator{"dev": Dev{}, "tokens": tokens} {
+		with := metadata.MD{"authorization": {"Bearer good-token-0123456789"}, "x-macp-agent-id": {"bob"}, "x-macp-token": {"other"}}
+		without := metadata.MD{"authorization": {"Bearer good-token-0123456789"}}
+		id1, err1 := a.Authenticate(context.Background(), with)
+		id2, err2 := a.Authenticate(context.Background(), without)
+		if id1.Sender != id2.Sender || (err1 == nil) != (err2 == nil) {
+			t.Fatalf("%s: other headers change the outcome despite a bearer token: %+v %v / %+v %v", name, id1, err1, id2, err2)
+		}
 	}
 	ctx = metadata.NewIncomingContext(context.Background(), metadata.MD{"x-macp-agent-id": {"bob"}})
 	if id, err := AuthenticateIncoming(ctx, spy); err != nil || id.Sender != "bob" || len(seen) != 1 {
