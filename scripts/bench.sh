@@ -14,7 +14,11 @@
 #      fdatasync, nothing validated or indexed), driven like macpd at 64
 #      concurrent sessions and one session with 16 senders. Its ratios to
 #      the other ceilings say how far the targets are from what this
-#      machine allows at all; macpd's ratios to it say what macpd adds.
+#      machine allows at all; macpd's ratios to it say what macpd adds;
+#   5. the one-sync-per-message server: echo-bench --durable --sync-each
+#      (each Send written and synced on its own, one at a time), with one
+#      session and 16 senders: what group commit is measured against in
+#      the second reading of the 16-sender target.
 #
 # Every round measures all of them, in that order, so each round's ratios
 # compare figures taken minutes apart. The report gives, per figure, the
@@ -125,6 +129,11 @@ mkdir -p "$dir/durecho"
 durecho_pid=$!
 pids+=($durecho_pid)
 durecho_addr=$(wait_for "$dir/durecho.out" '127\.0\.0\.1:[0-9]+')
+mkdir -p "$dir/durecho-each"
+"$bin/echo-bench" --addr 127.0.0.1:0 --durable "$dir/durecho-each" --sync-each >"$dir/durecho-each.out" 2>&1 &
+each_pid=$!
+pids+=($each_pid)
+each_addr=$(wait_for "$dir/durecho-each.out" '127\.0\.0\.1:[0-9]+')
 
 export MACP_ALLOW_INSECURE=1 MACP_BIND_ADDR=127.0.0.1:0 MACP_LOG_LEVEL=info MACP_LOG_FORMAT=text
 # The load generator is one sender: lift the per-sender rate limits.
@@ -157,6 +166,7 @@ for round in $(seq "$rounds"); do
 	load s1x16 "$round" "$macpd_pid" "$macpd_addr" macp --concurrency 1 --sessions 1 --messages 100000000 --senders 16
 	load decho64 "$round" "$durecho_pid" "$durecho_addr" echo --concurrency 64
 	load decho1x16 "$round" "$durecho_pid" "$durecho_addr" echo --concurrency 1 --sessions 1 --messages 100000000 --senders 16
+	load each1x16 "$round" "$each_pid" "$each_addr" echo --concurrency 1 --sessions 1 --messages 100000000 --senders 16
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')
 
@@ -214,8 +224,9 @@ row "macpd, 64 concurrent sessions" c64
 row "macpd, 1 session x 16 concurrent senders" s1x16
 row "durable echo, 64 concurrent sessions" decho64
 row "durable echo, 1 session x 16 senders" decho1x16
+row "one sync per message, 1 x 16 senders" each1x16
 failed=0
-for n in echo64 c1 c16 c64 s1x16 decho64 decho1x16; do
+for n in echo64 c1 c16 c64 s1x16 decho64 decho1x16 each1x16; do
 	for r in $(seq "$rounds"); do
 		f=$(get "$n" "$r" failed)
 		failed=$((failed + ${f:-0}))
@@ -251,10 +262,14 @@ printf '  %-56s %18s   target >= 4: %s\n' "durable echo 64 sessions / disk one-s
 printf '  %-56s %18s   target >= 3: %s\n' "durable echo 1 x 16 senders / disk one-sync-per-append" "$r_d16" "$(target "$r_d16" 3)"
 printf '  %-56s %18s\n' "macpd 64 sessions / durable echo 64 sessions" "$(ratio c64 tput decho64 tput)"
 printf '  %-56s %18s\n' "macpd 1 x 16 senders / durable echo 1 x 16 senders" "$(ratio s1x16 tput decho1x16 tput)"
+echo "  the 16-sender target read as against a server that syncs each message (echo-bench --durable --sync-each)"
+r_each=$(ratio s1x16 tput each1x16 tput)
+printf '  %-56s %18s   target >= 3: %s\n' "macpd 1 x 16 senders / one-sync-per-message 1 x 16" "$r_each" "$(target "$r_each" 3)"
+printf '  %-56s %18s\n' "one-sync-per-message 1 x 16 / disk one-sync-per-append" "$(ratio each1x16 tput disk1 tput)"
 if [ -n "${BENCH_RAW:-}" ]; then
 	echo
 	echo "raw figures per round (acked/s; disk: appends/s)"
-	for n in disk1 disk64 echo64 c1 c16 c64 s1x16 decho64 decho1x16; do
+	for n in disk1 disk64 echo64 c1 c16 c64 s1x16 decho64 decho1x16 each1x16; do
 		printf '  %-8s' "$n"
 		for r in $(seq "$rounds"); do printf ' %10s' "$(get "$n" "$r" tput | cut -d. -f1)"; done
 		echo

@@ -7,7 +7,9 @@
 // With --durable DIR it is instead the floor for durable servers
 // (loadgen.DurableEchoService): each Send's envelope is appended to a log
 // file in DIR and answered once a group fdatasync covering it returned,
-// served with macpd's transport settings (server.TransportOptions).
+// served with macpd's transport settings (server.TransportOptions); with
+// --sync-each too, each Send is written and synced on its own, one at a
+// time: the one-sync-per-message server group commit is compared with.
 //
 // It prints "echo-bench listening on ADDR" once serving (use --addr
 // 127.0.0.1:0 for a free port) and stops on SIGINT or SIGTERM.
@@ -42,11 +44,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:0", "listen address")
 	durable := fs.String("durable", "", "directory for the log of a durable echo (group fdatasync before each answer); empty: plain echo")
+	syncEach := fs.Bool("sync-each", false, "with --durable: one write and fdatasync per Send, one at a time (no group commit)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *syncEach && *durable == "" {
+		return fmt.Errorf("--sync-each needs --durable")
 	}
 	lis, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -54,7 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var g *grpc.Server
 	if *durable != "" {
-		svc, err := loadgen.NewDurableEchoService(*durable)
+		svc, err := loadgen.NewDurableEchoService(*durable, *syncEach)
 		if err != nil {
 			lis.Close()
 			return err

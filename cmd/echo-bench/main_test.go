@@ -22,6 +22,10 @@ func TestEcho(t *testing.T) { testEcho(t, "--addr", "127.0.0.1:0") }
 // --durable serves the same answers, after a sync (loadgen tests the log).
 func TestDurableEcho(t *testing.T) { testEcho(t, "--addr", "127.0.0.1:0", "--durable", t.TempDir()) }
 
+func TestDurableEchoSyncEach(t *testing.T) {
+	testEcho(t, "--addr", "127.0.0.1:0", "--durable", t.TempDir(), "--sync-each")
+}
+
 func testEcho(t *testing.T, args ...string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errOut syncBuffer
@@ -72,5 +76,8 @@ func TestUsage(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"--durable", "/nonexistent/dir"}, &out, &errOut); err == nil {
 		t.Fatal("unusable --durable directory accepted")
+	}
+	if err := run(context.Background(), []string{"--sync-each"}, &out, &errOut); err == nil {
+		t.Fatal("--sync-each without --durable accepted")
 	}
 }

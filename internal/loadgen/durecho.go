@@ -28,11 +28,18 @@ import (
 // preallocated, already written file that is overwritten in a circle
 // (as a recycled write-ahead log is): a sync then writes no file
 // metadata. Nothing is ever read back.
+//
+// With syncEach (NewDurableEchoService's option) every Send writes and
+// syncs on its own, one at a time: the one-sync-per-message server that
+// group commit is measured against (what a runtime that fsyncs each
+// message does at best).
 type DurableEchoService struct {
 	macpv1.UnimplementedMACPRuntimeServiceServer
 
-	f    *os.File
-	size int64
+	f        *os.File
+	size     int64
+	syncEach bool
+	eachMu   sync.Mutex // syncEach: one write and sync at a time
 
 	mu      sync.Mutex
 	cur     *echoGroup // the group new Sends join
@@ -40,7 +47,7 @@ type DurableEchoService struct {
 	kick    chan struct{}
 	closed  bool
 	stopped chan struct{}
-	off     int64 // syncer only
+	off     int64 // the syncer's, or (syncEach) eachMu's
 }
 
 type echoGroup struct {
@@ -54,8 +61,9 @@ type echoGroup struct {
 const durableEchoLogSize = 64 << 20
 
 // NewDurableEchoService creates (or reuses) DIR/durable-echo.log, fills
-// it so that appends overwrite written blocks, and starts the syncer.
-func NewDurableEchoService(dir string) (*DurableEchoService, error) {
+// it so that appends overwrite written blocks, and starts the syncer;
+// with syncEach every Send syncs on its own instead.
+func NewDurableEchoService(dir string, syncEach bool) (*DurableEchoService, error) {
 	f, err := os.OpenFile(filepath.Join(dir, "durable-echo.log"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, err
@@ -71,7 +79,7 @@ func NewDurableEchoService(dir string) (*DurableEchoService, error) {
 		f.Close()
 		return nil, err
 	}
-	s := &DurableEchoService{f: f, size: durableEchoLogSize, cur: newEchoGroup(), kick: make(chan struct{}, 1), stopped: make(chan struct{})}
+	s := &DurableEchoService{f: f, size: durableEchoLogSize, syncEach: syncEach, cur: newEchoGroup(), kick: make(chan struct{}, 1), stopped: make(chan struct{})}
 	go s.syncer()
 	return s, nil
 }
@@ -84,6 +92,12 @@ func (s *DurableEchoService) Send(ctx context.Context, req *macpv1.SendRequest) 
 	b, err := proto.Marshal(env)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if s.syncEach {
+		if err := s.sendEach(b); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		return echoAck(env), nil
 	}
 	s.mu.Lock()
 	if s.err != nil {
@@ -106,10 +120,34 @@ func (s *DurableEchoService) Send(ctx context.Context, req *macpv1.SendRequest) 
 	if g.err != nil {
 		return nil, status.Error(codes.Internal, g.err.Error())
 	}
+	return echoAck(env), nil
+}
+
+// sendEach writes and syncs one Send's bytes on its own (syncEach). The
+// offset is the syncer's, which does not run in this mode.
+func (s *DurableEchoService) sendEach(b []byte) error {
+	s.eachMu.Lock()
+	defer s.eachMu.Unlock()
+	s.mu.Lock()
+	err := s.err
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := s.writeSync(b); err != nil {
+		s.mu.Lock()
+		s.err = err
+		s.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+func echoAck(env *macpv1.Envelope) *macpv1.SendResponse {
 	return &macpv1.SendResponse{Ack: &macpv1.Ack{
 		Ok: true, MessageId: env.GetMessageId(), SessionId: env.GetSessionId(),
 		AcceptedAtUnixMs: time.Now().UnixMilli(), SessionState: macpv1.SessionState_SESSION_STATE_OPEN,
-	}}, nil
+	}}
 }
 
 // syncer writes and syncs one group at a time: everything appended while

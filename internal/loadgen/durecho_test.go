@@ -19,8 +19,14 @@ import (
 // share syncs (fewer groups than Sends is likely, not asserted: it
 // depends on timing); the file keeps its preallocated size.
 func TestDurableEchoAppendsBeforeAnswering(t *testing.T) {
+	for _, each := range []bool{false, true} {
+		t.Run(fmt.Sprintf("syncEach=%v", each), func(t *testing.T) { testDurableEchoAppends(t, each) })
+	}
+}
+
+func testDurableEchoAppends(t *testing.T, each bool) {
 	dir := t.TempDir()
-	s, err := NewDurableEchoService(dir)
+	s, err := NewDurableEchoService(dir, each)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +80,13 @@ func TestDurableEchoAppendsBeforeAnswering(t *testing.T) {
 
 // A failed write is never acknowledged, and every later Send fails too.
 func TestDurableEchoFailedWrite(t *testing.T) {
-	s, err := NewDurableEchoService(t.TempDir())
+	for _, each := range []bool{false, true} {
+		t.Run(fmt.Sprintf("syncEach=%v", each), func(t *testing.T) { testDurableEchoFailedWrite(t, each) })
+	}
+}
+
+func testDurableEchoFailedWrite(t *testing.T, each bool) {
+	s, err := NewDurableEchoService(t.TempDir(), each)
 	if err != nil {
 		t.Fatal(err)
 	}
