@@ -108,18 +108,28 @@ func BenchmarkInfoUnknown(b *testing.B) {
 			batch = batch[:0]
 		}
 	}
-	for name, probe := range map[string]func(string) error{
-		"Info":    func(id string) error { _, err := s.Info(ctx, id); return err },
-		"LastSeq": func(id string) error { _, err := s.LastSeq(ctx, id); return err },
-	} {
-		b.Run(name, func(b *testing.B) {
-			for i := 0; i < b.N; i++ {
-				if err := probe(fmt.Sprintf("0e4f1c2a-1111-4aaa-8bbb-%012d", i)); err == nil {
-					b.Fatal("unknown session found")
-				}
+	run := func(b *testing.B, layout string) {
+		for _, name := range []string{"Info", "LastSeq"} {
+			probe := func(id string) error { _, err := s.Info(ctx, id); return err }
+			if name == "LastSeq" {
+				probe = func(id string) error { _, err := s.LastSeq(ctx, id); return err }
 			}
-		})
+			b.Run(layout+"/"+name, func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					if err := probe(fmt.Sprintf("0e4f1c2a-1111-4aaa-8bbb-%012d", i)); err == nil {
+						b.Fatal("unknown session found")
+					}
+				}
+			})
+		}
 	}
+	run(b, "fresh")
+	// Everything compacted into the last level, where Pebble reads no
+	// bloom filter unless asked to (IterOptions.UseL6Filters).
+	if err := pebblestore.CompactAll(s); err != nil {
+		b.Fatal(err)
+	}
+	run(b, "compacted")
 }
 
 // hotPathVariants are the option sets BenchmarkHotPath compares: the

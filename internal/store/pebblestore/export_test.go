@@ -1,6 +1,10 @@
 package pebblestore
 
-import "github.com/cockroachdb/pebble/v2"
+import (
+	"context"
+
+	"github.com/cockroachdb/pebble/v2"
+)
 
 // WithTune returns o with tune set: it edits Pebble's options last, in
 // Open (benchmarks of other settings).
@@ -29,4 +33,9 @@ func AbsentLen(s *Store) int {
 	s.absent.Lock()
 	defer s.absent.Unlock()
 	return len(s.absent.m)
+}
+
+// CompactAll compacts the whole key space (down to the last level).
+func CompactAll(s *Store) error {
+	return s.db.Compact(context.Background(), []byte{0}, []byte{0xff, 0xff, 0xff}, true)
 }

@@ -27,6 +27,28 @@ func get(r pebble.Reader, key []byte) ([]byte, bool, error) {
 	return bytes.Clone(v), true, nil
 }
 
+// probe is get for keys that are usually absent (the index entry and
+// first record of a session that a SessionStart is about to create): a
+// prefix seek with Pebble's bloom filters consulted in every level.
+// Pebble's Get skips the last level's filters (they are large, and a Get
+// usually finds its key), so a miss there searched the level's index and
+// read a data block; for a miss the filter answers alone.
+func probe(r pebble.Reader, key []byte) ([]byte, bool, error) {
+	it, err := r.NewIter(&pebble.IterOptions{UseL6Filters: true})
+	if err != nil {
+		return nil, false, err
+	}
+	defer it.Close()
+	if it.SeekPrefixGE(key) && bytes.Equal(it.Key(), key) {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return nil, false, err
+		}
+		return bytes.Clone(v), true, nil
+	}
+	return nil, false, it.Error()
+}
+
 // testHookInfoAbsent, when set (tests), runs in Info between finding a
 // session absent and recording it (noteAbsent).
 var testHookInfoAbsent func(id string)
@@ -43,7 +65,7 @@ func (s *Store) quarantined(id string) string {
 // record: ErrNotFound when the session has neither, a corruption error
 // (with what could be read) otherwise.
 func (s *Store) checkedIndex(r pebble.Reader, id string) (store.SessionInfo, error) {
-	raw, ok, err := get(r, indexKey(id))
+	raw, ok, err := probe(r, indexKey(id))
 	if err != nil {
 		return store.SessionInfo{SessionID: id}, err
 	}
@@ -56,7 +78,7 @@ func (s *Store) checkedIndex(r pebble.Reader, id string) (store.SessionInfo, err
 		// damage, and such damage keeps the first record (package doc:
 		// index entry). Only if record 1 is there too is the history
 		// summarized, and reported corrupt.
-		if _, has, err := get(r, histKey(id, 1)); err != nil || !has {
+		if _, has, err := probe(r, histKey(id, 1)); err != nil || !has {
 			if err == nil {
 				err = store.ErrNotFound
 			}
