@@ -15,17 +15,23 @@ generate: ## Regenerate gen/ from proto/ (needs protoc; see scripts/generate.sh)
 checkgenerate: ## Fail if committed gen/ differs from a fresh generation
 	bash scripts/generate.sh --check
 
+.PHONY: spec
+spec: ## Fetch the MACP spec at the pinned commit into .spec/ (fixtures and protos for the tests; needs github.com)
+	bash scripts/fetch-spec.sh
+
 .PHONY: test
 test: ## Run vet, the format check and all tests (race detector on)
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	go vet ./...
 	go test -race -count=1 ./...
+	@# Tests that skip under the race detector (allocation counts: it allocates) run here without it.
+	set -o pipefail; go test -count=1 -v -run 'Alloc' $$(grep -rl --include='*_test.go' 'if raceEnabled' . | xargs -n1 dirname | sort -u) | grep -E '^(--- |ok|FAIL|PASS)'
 
 .PHONY: build
 build: ## Build bin/macpd and bin/macpctl
 	go build -o bin/ ./cmd/...
 
 .PHONY: run
-run: ## Run macpd for local development (plaintext, dev identities, in-memory)
+run: ## Run macpd for local development (plaintext, dev identities; durable store in .macp-data)
 	MACP_ALLOW_INSECURE=1 go run ./cmd/macpd

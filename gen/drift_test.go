@@ -4,7 +4,8 @@ package gen_test
 //
 //   - proto/**.proto, compiled in-process with protocompile,
 //   - the descriptors embedded in the committed generated code under gen/,
-//   - optionally, the MACP spec's own .proto files (MACP_SPEC_PROTO_DIR).
+//   - the MACP spec's own .proto files at the pinned commit (a golden
+//     compiled from them; the spec itself with make spec or MACP_SPEC_PROTO_DIR).
 //
 // proto/ holds two trees: macp/ (the protocol, wire-identical to the spec)
 // and macpd/ (macpd's internal formats, e.g. the store's records). The
@@ -13,6 +14,7 @@ package gen_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -38,13 +40,11 @@ import (
 	taskv1 "github.com/macpd/macpd/gen/macp/modes/task/v1"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	storev1 "github.com/macpd/macpd/gen/macpd/store/v1"
+	"github.com/macpd/macpd/internal/testutil"
 )
 
 // protoDir holds our .proto sources, relative to this package directory.
 const protoDir = "../proto"
-
-// specEnv names the directory holding the spec's schemas/proto tree.
-const specEnv = "MACP_SPEC_PROTO_DIR"
 
 // macpPrefix selects the MACP files among everything a compile or the registry holds.
 const macpPrefix = "macp/"
@@ -426,31 +426,91 @@ func TestWireIdentity(t *testing.T) {
 	}
 }
 
-// TestMatchesSpecProtos compares our .proto files with the MACP spec's, element
-// by element. The spec tree is not vendored, so this only runs when
-// MACP_SPEC_PROTO_DIR points at it (e.g. <spec checkout>/schemas/proto).
-func TestMatchesSpecProtos(t *testing.T) {
-	dir := os.Getenv(specEnv)
-	if dir == "" {
-		t.Skip(specEnv + " is not set; set it to the spec's schemas/proto directory to compare our .proto files with the spec")
+// specGolden is the spec's macp/ protos at testutil.SpecCommit, compiled
+// and normalised (a FileDescriptorSet in text form, sorted by path): the
+// spec's wire contract without its comments, so the comparison below runs
+// on every machine, CI included. Regenerate it from a spec checkout with
+// `make spec && go test ./gen -run TestMatchesSpecProtos -update-spec-golden`.
+const specGolden = "testdata/spec-protos.txtpb"
+
+var updateSpecGolden = flag.Bool("update-spec-golden", false, "rewrite "+specGolden+" from the spec's protos (needs make spec or MACP_SPEC_PROTO_DIR)")
+
+func readSpecGolden(t *testing.T) map[string]*descriptorpb.FileDescriptorProto {
+	t.Helper()
+	raw, err := os.ReadFile(specGolden)
+	if err != nil {
+		t.Fatal(err)
 	}
-	spec := compileDir(t, dir, macpPrefix)
-	ours := compileDir(t, protoDir, macpPrefix)
-	for _, p := range sortedKeys(spec) {
+	var set descriptorpb.FileDescriptorSet
+	if err := prototext.Unmarshal(raw, &set); err != nil {
+		t.Fatalf("%s: %v", specGolden, err)
+	}
+	out := make(map[string]*descriptorpb.FileDescriptorProto, len(set.File))
+	for _, f := range set.File {
+		out[f.GetName()] = f
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s holds no file", specGolden)
+	}
+	return out
+}
+
+func writeSpecGolden(t *testing.T, files map[string]*descriptorpb.FileDescriptorProto) {
+	t.Helper()
+	var set descriptorpb.FileDescriptorSet
+	for _, p := range sortedKeys(files) {
+		set.File = append(set.File, files[p])
+	}
+	b, err := prototext.MarshalOptions{Multiline: true}.Marshal(&set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := fmt.Sprintf("# The MACP spec's macp/ protos at %s, compiled and normalised (gen/drift_test.go).\n", testutil.SpecCommit)
+	if err := os.WriteFile(specGolden, append([]byte(head), b...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// compareFiles reports every difference between the reference files and
+// ours, file by file.
+func compareFiles(t *testing.T, label string, ref, ours map[string]*descriptorpb.FileDescriptorProto, oursLabel string) {
+	t.Helper()
+	for _, p := range sortedKeys(ref) {
 		o, ok := ours[p]
 		if !ok {
-			t.Errorf("%s: in the spec but not in %s", p, protoDir)
+			t.Errorf("%s: in %s but not in %s", p, label, oursLabel)
 			continue
 		}
-		for _, d := range diffFiles("spec", spec[p], "ours", o) {
+		for _, d := range diffFiles(label, ref[p], oursLabel, o) {
 			t.Errorf("%s: %s", p, d)
 		}
 	}
 	for _, p := range sortedKeys(ours) {
-		if _, ok := spec[p]; !ok {
-			t.Errorf("%s: in %s but not in the spec", p, protoDir)
+		if _, ok := ref[p]; !ok {
+			t.Errorf("%s: in %s but not in %s", p, oursLabel, label)
 		}
 	}
+}
+
+// TestMatchesSpecProtos compares our .proto files with the MACP spec's at
+// the pinned commit, element by element: with the pinned golden always,
+// and, when a spec checkout is at hand (make spec, or MACP_SPEC_PROTO_DIR),
+// also the golden with the spec itself.
+func TestMatchesSpecProtos(t *testing.T) {
+	ours := compileDir(t, protoDir, macpPrefix)
+	if dir := testutil.SpecProtoDir(t); dir != "" {
+		spec := compileDir(t, dir, macpPrefix)
+		if *updateSpecGolden {
+			writeSpecGolden(t, spec)
+		}
+		compareFiles(t, "the spec at "+dir, spec, readSpecGolden(t), specGolden)
+		compareFiles(t, "the spec at "+dir, spec, ours, protoDir)
+	} else if *updateSpecGolden {
+		t.Fatal("-update-spec-golden needs the spec's protos: run make spec or set " + testutil.SpecProtoDirEnv)
+	} else {
+		t.Logf("no spec checkout at hand: comparing with %s (pinned at %s)", specGolden, testutil.SpecCommit[:7])
+	}
+	compareFiles(t, specGolden, readSpecGolden(t), ours, protoDir)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

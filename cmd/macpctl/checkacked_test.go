@@ -133,17 +133,13 @@ func TestCheckAckedUsage(t *testing.T) {
 	}
 }
 
-// End to end against macpd: load with an acked log, then check it. Skips
-// while macpd does not serve StreamSession subscriptions.
+// End to end against macpd: load with an acked log, then check it.
 func TestLoadThenCheckAcked(t *testing.T) {
 	a := startApp(t)
 	r := runner{t: t}
 	log := filepath.Join(t.TempDir(), "acked.log")
 	r.ok("load", "--addr", a.Addr(), "--insecure", "--sessions", "3", "--messages", "10", "--senders", "2", "--commit", "--acked-log", log)
 	res := r.run("check-acked", "--addr", a.Addr(), "--insecure", "--idle", "200ms", log)
-	if strings.Contains(res.out, "Unimplemented") || strings.Contains(res.out, "UNIMPLEMENTED") || strings.Contains(res.out, "not implemented") {
-		t.Skipf("macpd does not serve StreamSession yet:\n%s", res.out)
-	}
 	if res.code != 0 || !strings.Contains(res.out, "36 acked checked, 0 missing, 0 duplicated, 0 out of order") {
 		t.Fatalf("exit %d\n%s%s", res.code, res.out, res.errOut)
 	}

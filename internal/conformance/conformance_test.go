@@ -2,7 +2,6 @@ package conformance_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -12,26 +11,14 @@ import (
 	"github.com/macpd/macpd/internal/policy"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/store/memstore"
+	"github.com/macpd/macpd/internal/testutil"
 )
 
-// specFixtures is the spec's fixture directory beside the checkout
-// (../shared/conformance); present in CI and on developer machines.
+// fixtureDirs are our own fixtures and the spec's (testutil.ConformanceDir:
+// the test fails when the spec's are missing).
 func fixtureDirs(t *testing.T) []string {
 	t.Helper()
-	dirs := []string{filepath.Join("..", "..", "testdata", "conformance")}
-	spec := filepath.Join("..", "..", "..", "shared", "conformance")
-	if _, err := os.Stat(spec); err == nil {
-		dirs = append(dirs, spec)
-	} else {
-		t.Logf("spec fixtures not found at %s; running our own fixtures only", spec)
-	}
-	var out []string
-	for _, d := range dirs {
-		if _, err := os.Stat(d); err == nil {
-			out = append(out, d)
-		}
-	}
-	return out
+	return []string{filepath.Join("..", "..", "testdata", "conformance"), testutil.ConformanceDir(t)}
 }
 
 // TestFixturesInProcess runs every fixture against the runtime in-process

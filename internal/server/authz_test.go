@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +15,7 @@ import (
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/conformance"
 	"github.com/macpd/macpd/internal/runtime"
+	"github.com/macpd/macpd/internal/testutil"
 	"github.com/macpd/macpd/internal/tlsconf/tlstest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -265,15 +264,6 @@ func TestAuthzStartSession(t *testing.T) {
 	})
 }
 
-// fixtureDir is the spec's conformance fixtures beside the checkout.
-func fixtureDir(t *testing.T) string {
-	d := filepath.Join("..", "..", "..", "shared", "conformance")
-	if _, err := os.Stat(d); err != nil {
-		t.Skipf("spec fixtures not found at %s", d)
-	}
-	return d
-}
-
 // Cells: sending each mode's messages. For every mode, walking its spec
 // happy path: before each accepted message, the same envelope (same
 // message id) from an outsider and from an observer is FORBIDDEN and
@@ -282,7 +272,7 @@ func fixtureDir(t *testing.T) string {
 // commitment authority is FORBIDDEN too. The initiator's and the
 // participants' own messages are accepted as the mode's rules say.
 func TestAuthzSendPerMode(t *testing.T) {
-	fixtures, err := conformance.LoadDirs(fixtureDir(t))
+	fixtures, err := conformance.LoadDirs(testutil.ConformanceDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}

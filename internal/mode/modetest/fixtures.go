@@ -18,17 +18,14 @@ import (
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/testutil"
 )
-
-// FixtureDir is where the spec's conformance fixtures live, relative to a
-// mode package's directory (../shared from the repo root; never copied into
-// the repo).
-const FixtureDir = "../../../../shared/conformance"
 
 // FixtureOptions says what differs between modes when running the spec's
 // conformance fixtures with [RunFixtures].
 type FixtureOptions struct {
-	// Glob selects the fixtures under FixtureDir, e.g. "handoff_*.json".
+	// Glob selects the spec's fixtures (testutil.ConformanceDir), e.g.
+	// "handoff_*.json".
 	Glob string
 	// ModeID, when set, must equal every fixture's mode.
 	ModeID string
@@ -79,13 +76,14 @@ type fixture struct {
 // everything else is the mode's. Each message must be accepted or rejected
 // as the fixture says, with its expected_error_code and any pinned code; the
 // final state, resolution and expected_mode_state (plus any pinned state)
-// are checked; and the accepted history must pass [Check]. It skips when no
-// fixture is found.
+// are checked; and the accepted history must pass [Check]. It fails when
+// the fixtures are not found or none matches opts.Glob (never skips).
 func RunFixtures(t *testing.T, m mode.Mode, opts FixtureOptions) {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(FixtureDir, opts.Glob))
+	dir := testutil.ConformanceDir(t)
+	files, _ := filepath.Glob(filepath.Join(dir, opts.Glob))
 	if len(files) == 0 {
-		t.Skipf("no fixtures under %s", FixtureDir)
+		t.Fatalf("no spec fixture matches %s in %s", opts.Glob, dir)
 	}
 	for _, file := range files {
 		name := filepath.Base(file)

@@ -1,0 +1,86 @@
+package testutil
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// SpecCommit is the commit of the MACP spec repository
+// (github.com/multiagentcoordinationprotocol/multiagentcoordinationprotocol)
+// that macpd implements. `make spec` fetches it into .spec/.
+const SpecCommit = "17ca7a16ef73640bbdde36d044dd5f911ae0f65b"
+
+// Environment variables that point the tests at a spec checkout elsewhere.
+const (
+	ConformanceDirEnv = "MACP_CONFORMANCE_DIR" // the spec's schemas/conformance
+	SpecProtoDirEnv   = "MACP_SPEC_PROTO_DIR"  // the spec's schemas/proto
+)
+
+// RepoRoot returns the directory of the repository's go.mod, found by
+// walking up from the test's working directory (its package directory).
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("testutil: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// ConformanceDir returns the directory of the spec's conformance fixtures
+// (never copied into this repository): $MACP_CONFORMANCE_DIR when set,
+// else ../shared/conformance beside the checkout (present in CI and in
+// this project's workplace), else .spec/schemas/conformance inside it
+// (written by `make spec`). When none holds fixtures the test fails,
+// saying where it looked and how to get them: the fixture-driven tests
+// never skip.
+func ConformanceDir(t testing.TB) string {
+	t.Helper()
+	root := RepoRoot(t)
+	var tried []string
+	candidates := []string{
+		filepath.Join(root, "..", "shared", "conformance"),
+		filepath.Join(root, ".spec", "schemas", "conformance"),
+	}
+	if d := os.Getenv(ConformanceDirEnv); d != "" {
+		candidates = []string{d}
+	}
+	for _, d := range candidates {
+		if m, _ := filepath.Glob(filepath.Join(d, "*.json")); len(m) > 0 {
+			return d
+		}
+		tried = append(tried, d)
+	}
+	t.Fatalf("the MACP spec's conformance fixtures were not found (looked in %q).\n"+
+		"Run `make spec` to fetch the spec at the pinned commit %s into .spec/, "+
+		"or set %s to a checkout's schemas/conformance directory.", tried, SpecCommit[:7], ConformanceDirEnv)
+	return ""
+}
+
+// SpecProtoDir returns the spec's schemas/proto directory when one is at
+// hand ($MACP_SPEC_PROTO_DIR, else .spec/schemas/proto), or "" when not;
+// a set variable that names no directory fails the test.
+func SpecProtoDir(t testing.TB) string {
+	t.Helper()
+	if d := os.Getenv(SpecProtoDirEnv); d != "" {
+		if st, err := os.Stat(d); err != nil || !st.IsDir() {
+			t.Fatalf("%s=%s is not a directory", SpecProtoDirEnv, d)
+		}
+		return d
+	}
+	d := filepath.Join(RepoRoot(t), ".spec", "schemas", "proto")
+	if st, err := os.Stat(d); err == nil && st.IsDir() {
+		return d
+	}
+	return ""
+}
