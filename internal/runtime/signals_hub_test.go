@@ -10,6 +10,7 @@ import (
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode/decision"
+	"github.com/macpd/macpd/internal/store"
 )
 
 // RFC-MACP-0001 §8.3, IDEM-3: an accepted Signal reaches every
@@ -52,7 +53,7 @@ func TestSignalsArePublishedNotStored(t *testing.T) {
 		t.Fatal("a Signal reached the store")
 	}
 	n := 0
-	_ = st.Sessions(ctx, func(string) error { n++; return nil })
+	_ = st.List(ctx, func(store.SessionInfo) error { n++; return nil })
 	if n != 0 || len(r.ListSessions(ctx, observerID)) != 0 {
 		t.Fatal("a Signal created a session")
 	}

@@ -139,12 +139,6 @@ type Store interface {
 	// order, until fn returns an error (which ListMeta returns). fn must
 	// not keep or modify val.
 	ListMeta(ctx context.Context, prefix string, fn func(key string, val []byte) error) error
-	// Sessions calls fn for the id of every stored session, in id order,
-	// until fn returns an error (which Sessions returns).
-	//
-	// Deprecated: use List, which also says which sessions are terminal or
-	// quarantined. Kept until the runtime switches over.
-	Sessions(ctx context.Context, fn func(sessionID string) error) error
 	// Close releases resources. Later calls return ErrClosed.
 	Close() error
 }

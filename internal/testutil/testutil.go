@@ -1,6 +1,8 @@
 // Package testutil holds small helpers shared by the tests of several
-// packages. Contract: imported by _test.go files only; nothing here is
-// part of macpd's behaviour.
+// packages: a concurrent log buffer, and where the MACP spec's fixtures and
+// protos are found (the pinned spec commit). Contract: imported by
+// _test.go files and test-support packages (modetest) only; nothing here
+// is part of macpd's behaviour.
 package testutil
 
 import (

@@ -280,13 +280,6 @@ func (s *Store) ListMeta(_ context.Context, prefix string, fn func(string, []byt
 	return nil
 }
 
-// Sessions implements store.Store.
-//
-// Deprecated: use List.
-func (s *Store) Sessions(ctx context.Context, fn func(string) error) error {
-	return s.List(ctx, func(info store.SessionInfo) error { return fn(info.SessionID) })
-}
-
 // Close implements store.Store.
 func (s *Store) Close() error {
 	s.mu.Lock()

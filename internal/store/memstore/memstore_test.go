@@ -70,13 +70,6 @@ func (h *handle) LastSeq(ctx context.Context, id string) (uint64, error) {
 	return h.inner.LastSeq(ctx, id)
 }
 
-func (h *handle) Sessions(ctx context.Context, fn func(string) error) error {
-	if err := h.ok(); err != nil {
-		return err
-	}
-	return h.inner.Sessions(ctx, fn)
-}
-
 func (h *handle) Info(ctx context.Context, id string) (store.SessionInfo, error) {
 	if err := h.ok(); err != nil {
 		return store.SessionInfo{}, err

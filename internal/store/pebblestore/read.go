@@ -587,13 +587,6 @@ func (s *Store) listOpen(ctx context.Context, fn func(store.SessionInfo, error) 
 	return oit.Error()
 }
 
-// Sessions implements store.Store.
-//
-// Deprecated: use List.
-func (s *Store) Sessions(ctx context.Context, fn func(string) error) error {
-	return s.List(ctx, func(info store.SessionInfo) error { return fn(info.SessionID) })
-}
-
 // ListMeta implements store.Store.
 func (s *Store) ListMeta(ctx context.Context, prefix string, fn func(string, []byte) error) error {
 	if err := s.enter(); err != nil {

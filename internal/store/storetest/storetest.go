@@ -436,11 +436,11 @@ func wantConflict(t *testing.T, s store.Store, recs []session.Record, why string
 func sessions(t *testing.T, s store.Store) []string {
 	t.Helper()
 	var ids []string
-	if err := s.Sessions(ctx, func(id string) error {
-		ids = append(ids, id)
+	if err := s.List(ctx, func(info store.SessionInfo) error {
+		ids = append(ids, info.SessionID)
 		return nil
 	}); err != nil {
-		t.Fatalf("Sessions: %v", err)
+		t.Fatalf("List: %v", err)
 	}
 	return ids
 }
@@ -688,15 +688,15 @@ func (h *harness) callbackErrors(t *testing.T) {
 		t.Fatalf("Read with failing fn = %v after %v", err, seen)
 	}
 	var ids []string
-	err = s.Sessions(ctx, func(id string) error {
-		ids = append(ids, id)
-		if id == idB {
+	err = s.List(ctx, func(info store.SessionInfo) error {
+		ids = append(ids, info.SessionID)
+		if info.SessionID == idB {
 			return stop
 		}
 		return nil
 	})
 	if !errors.Is(err, stop) || !slices.Equal(ids, []string{idA, idB}) {
-		t.Fatalf("Sessions with failing fn = %v after %v", err, ids)
+		t.Fatalf("List with failing fn = %v after %v", err, ids)
 	}
 	// The store is still usable.
 	mustAppend(t, s, []session.Record{msgRec(idB, 2, 5)})
@@ -760,7 +760,7 @@ func (h *harness) concurrentAppends(t *testing.T) {
 					errs <- err
 					return
 				}
-				_ = s.Sessions(ctx, func(string) error { return nil })
+				_ = s.List(ctx, func(store.SessionInfo) error { return nil })
 			}
 		}()
 	}
@@ -859,8 +859,8 @@ func (h *harness) close(t *testing.T) {
 	if _, err := s.LastSeq(ctx, idA); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("LastSeq after Close = %v", err)
 	}
-	if err := s.Sessions(ctx, func(string) error { return nil }); !errors.Is(err, store.ErrClosed) {
-		t.Fatalf("Sessions after Close = %v", err)
+	if err := s.List(ctx, func(store.SessionInfo) error { return nil }); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("List after Close = %v", err)
 	}
 	if _, err := s.Info(ctx, idA); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("Info after Close = %v", err)
