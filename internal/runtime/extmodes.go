@@ -2,33 +2,33 @@ package runtime
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/passthrough"
+	"github.com/macpd/macpd/internal/store/modereg"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"google.golang.org/protobuf/proto"
 )
 
-// Registered extension modes are stored durably (passthrough.StoreKey,
-// passthrough.EncodeRegistration) before a registration is acknowledged, so
-// their sessions survive a restart. Unregistered modes stay stored as
-// retired: sessions bound to them still replay, and the name can only be
-// registered again with the identical descriptor.
+// Registered extension modes are stored durably (package modereg) before a
+// registration is acknowledged, so their sessions survive a restart.
+// Unregistered modes stay stored as retired: sessions bound to them still
+// replay, and the name can only be registered again with the identical
+// descriptor.
 const (
-	modeActive   = passthrough.StateActive
-	modeStandard = passthrough.StateStandard
-	modeRetired  = passthrough.StateRetired
+	modeActive   = modereg.Active
+	modeStandard = modereg.Standard
+	modeRetired  = modereg.Retired
 )
 
-func (r *Runtime) persistMode(state byte, d *macpv1.ModeDescriptor) *coord.Error {
-	b, err := passthrough.EncodeRegistration(state, d)
+func (r *Runtime) persistMode(state modereg.State, d *macpv1.ModeDescriptor) *coord.Error {
+	b, err := modereg.Encode(state, d)
 	if err != nil {
 		return coord.Errorf(coord.CodeInternalError, "encoding mode descriptor")
 	}
-	if err := r.store.PutMeta(context.Background(), passthrough.StoreKey(d.Mode), b); err != nil {
+	if err := r.store.PutMeta(context.Background(), modereg.Key(d.Mode), b); err != nil {
 		r.log.Error("storing mode registration failed", "mode", d.Mode, "err", err)
 		return coord.Errorf(coord.CodeInternalError, "the mode registration could not be stored")
 	}
@@ -37,31 +37,12 @@ func (r *Runtime) persistMode(state byte, d *macpv1.ModeDescriptor) *coord.Error
 
 // loadModes restores durable registrations at boot.
 func (r *Runtime) loadModes(ctx context.Context) error {
-	reg := r.modes.Load()
-	err := r.store.ListMeta(ctx, passthrough.StorePrefix, func(key string, val []byte) error {
-		state, nd, err := passthrough.DecodeRegistration(val)
-		if err != nil {
-			return fmt.Errorf("%s: %w", key, err)
-		}
-		if e, builtin := reg.Lookup(nd.Mode); builtin && e.BuiltIn {
-			return nil // a built-in mode of this build wins
-		}
-		e := mode.Entry{Mode: passthrough.New(nd), Kind: mode.Extension}
-		switch state {
-		case modeActive:
-			reg = reg.With(e)
-		case modeStandard:
-			e.Kind = mode.Standard
-			reg = reg.With(e)
-		case modeRetired:
-			r.retired[nd.Mode] = e
-		default:
-			return fmt.Errorf("%s: unknown state %q", key, val[0])
-		}
-		return nil
-	})
+	reg, retired, err := modereg.Load(ctx, r.store, r.modes.Load())
 	if err != nil {
 		return err
+	}
+	for id, e := range retired {
+		r.retired[id] = e
 	}
 	r.modes.Store(reg)
 	return nil

@@ -71,27 +71,3 @@ func TestStepAndCommit(t *testing.T) {
 		t.Fatalf("projection %v", p)
 	}
 }
-
-// The stored registration format round-trips and rejects damage
-// (issue #4: registered extension modes survive restarts).
-func TestRegistrationRoundTrip(t *testing.T) {
-	d, _ := Validate(&macpv1.ModeDescriptor{Mode: "ext.vote.v1", ModeVersion: "1.0.0", MessageTypes: []string{"Ballot"}})
-	for _, st := range []byte{StateActive, StateStandard, StateRetired} {
-		b, err := EncodeRegistration(st, d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, gd, err := DecodeRegistration(b)
-		if err != nil || got != st || gd.Mode != d.Mode || len(gd.MessageTypes) != len(d.MessageTypes) {
-			t.Fatalf("state %c: %c %v %v", st, got, gd, err)
-		}
-	}
-	for _, bad := range [][]byte{nil, {'X', 1}, {StateActive, 0xff, 0xff}} {
-		if _, _, err := DecodeRegistration(bad); err == nil {
-			t.Fatalf("accepted %v", bad)
-		}
-	}
-	if StoreKey("ext.vote.v1") != "mode/ext.vote.v1" {
-		t.Fatal(StoreKey("ext.vote.v1"))
-	}
-}

@@ -10,11 +10,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sort"
 
 	"github.com/macpd/macpd/internal/mode"
-	"github.com/macpd/macpd/internal/mode/passthrough"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
+	"github.com/macpd/macpd/internal/store/modereg"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -135,30 +136,22 @@ func Session(ctx context.Context, st store.Store, info store.SessionInfo, modes 
 }
 
 // StoredModes returns base plus the extension modes registered durably in
-// st (meta keys "mode/<id>": one state byte, then the deterministic
-// macp.v1.ModeDescriptor; written by internal/runtime, extmodes.go), in
-// every state, retired ones included: sessions bound to a mode that was
+// st (package modereg; written by internal/runtime), in every state,
+// retired ones included: sessions bound to a mode that was
 // unregistered still replay. A built-in mode of base wins over a stored
 // one of the same id.
 func StoredModes(ctx context.Context, st store.Store, base *mode.Registry) (*mode.Registry, error) {
-	reg := base
-	err := st.ListMeta(ctx, passthrough.StorePrefix, func(key string, val []byte) error {
-		state, nd, err := passthrough.DecodeRegistration(val)
-		if err != nil {
-			return fmt.Errorf("%s: %w", key, err)
-		}
-		if e, ok := reg.Lookup(nd.Mode); ok && e.BuiltIn {
-			return nil
-		}
-		kind := mode.Extension
-		if state == passthrough.StateStandard {
-			kind = mode.Standard
-		}
-		reg = reg.With(mode.Entry{Mode: passthrough.New(nd), Kind: kind})
-		return nil
-	})
+	reg, retired, err := modereg.Load(ctx, st, base)
 	if err != nil {
 		return nil, fmt.Errorf("verify: reading stored extension modes: %w", err)
+	}
+	ids := make([]string, 0, len(retired))
+	for id := range retired {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		reg = reg.With(retired[id])
 	}
 	return reg, nil
 }
