@@ -18,6 +18,7 @@ import (
 	"github.com/macpd/macpd/internal/auth"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/policy"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/server"
@@ -421,7 +422,7 @@ type restartable struct {
 
 func newRestartable(t *testing.T) *restartable {
 	t.Helper()
-	rt := runtime.New(memstore.New(), app.BuiltinModes(), policy.DefaultOnly{}, runtime.Options{})
+	rt := runtime.New(memstore.New(), builtin.Modes(), policy.DefaultOnly{}, runtime.Options{})
 	if err := rt.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/macpd/macpd/internal/datasync"
+	"github.com/macpd/macpd/internal/bench/datasync"
 )
 
 func main() {

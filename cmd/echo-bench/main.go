@@ -25,7 +25,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/macpd/macpd/internal/loadgen"
+	"github.com/macpd/macpd/internal/bench/loadgen"
 	"github.com/macpd/macpd/internal/server"
 	"google.golang.org/grpc"
 )

@@ -7,7 +7,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/macpd/macpd/internal/loadgen"
+	"github.com/macpd/macpd/internal/bench/loadgen"
 	"github.com/macpd/macpd/sdk"
 )
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
-	"github.com/macpd/macpd/internal/loadgen"
+	"github.com/macpd/macpd/internal/bench/loadgen"
 )
 
 func init() {
@@ -26,7 +26,7 @@ func init() {
 	}, checkAckedCommand)
 }
 
-// load runs the load generator (internal/loadgen). Send failures are
+// load runs the load generator (internal/bench/loadgen). Send failures are
 // counted, never fatal: the exit status is 0 unless the command line is
 // wrong or the connection cannot be set up.
 func (c *cli) load(args []string) error {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/macpd/macpd/internal/loadgen"
+	"github.com/macpd/macpd/internal/bench/loadgen"
 )
 
 func TestLoad(t *testing.T) {

@@ -13,13 +13,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/macpd/macpd/internal/benchrec"
+	"github.com/macpd/macpd/internal/bench/benchrec"
 )
 
 func init() {
 	commands = append(commands, command{
 		"bench-recovery", "gen|measure|replay --data-dir DIR [flags]  (\"bench-recovery ACTION -h\" lists an action's flags)",
-		"recovery benchmark (internal/benchrec): gen writes a data directory of Decision sessions through the store; " +
+		"recovery benchmark (internal/bench/benchrec): gen writes a data directory of Decision sessions through the store; " +
 			"measure times macpd's start on it (to serving) and reads its memory; replay replays it offline in-process",
 		(*cli).benchRecovery,
 	})

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/macpd/macpd/internal/app"
 	"github.com/macpd/macpd/internal/config"
+	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store/pebblestore"
 	"github.com/macpd/macpd/internal/store/verify"
@@ -50,7 +50,7 @@ func (c *cli) verify(args []string) error {
 		return fmt.Errorf("%w (is macpd still running on it? stop it first)", err)
 	}
 	defer st.Close()
-	modes, err := verify.StoredModes(c.ctx, st, app.BuiltinModes())
+	modes, err := verify.StoredModes(c.ctx, st, builtin.Modes())
 	if err != nil {
 		return err
 	}

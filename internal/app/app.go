@@ -17,12 +17,7 @@ import (
 	"github.com/macpd/macpd/internal/auth"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/mode"
-	"github.com/macpd/macpd/internal/mode/decision"
-	"github.com/macpd/macpd/internal/mode/handoff"
-	"github.com/macpd/macpd/internal/mode/multiround"
-	"github.com/macpd/macpd/internal/mode/proposal"
-	"github.com/macpd/macpd/internal/mode/quorum"
-	"github.com/macpd/macpd/internal/mode/task"
+	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/policy"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/server"
@@ -59,17 +54,9 @@ type App struct {
 	adminServe chan struct{} // closed when the admin Serve returns
 }
 
-// BuiltinModes returns the registry of modes this build ships.
-func BuiltinModes() *mode.Registry {
-	return mode.NewRegistry(
-		mode.Entry{Mode: decision.New(), Kind: mode.Standard, BuiltIn: true},
-		mode.Entry{Mode: proposal.New(), Kind: mode.Standard, BuiltIn: true},
-		mode.Entry{Mode: task.New(), Kind: mode.Standard, BuiltIn: true},
-		mode.Entry{Mode: handoff.New(), Kind: mode.Standard, BuiltIn: true},
-		mode.Entry{Mode: quorum.New(), Kind: mode.Standard, BuiltIn: true},
-		mode.Entry{Mode: multiround.New(), Kind: mode.Extension, BuiltIn: true},
-	)
-}
+// BuiltinModes returns the registry of modes this build ships
+// (builtin.Modes).
+func BuiltinModes() *mode.Registry { return builtin.Modes() }
 
 // NewLogger builds the structured logger the config asks for.
 func NewLogger(cfg config.Config, w io.Writer) *slog.Logger {

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
-	"github.com/macpd/macpd/internal/app"
 	"github.com/macpd/macpd/internal/conformance"
+	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/policy"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/store/memstore"
@@ -33,7 +33,7 @@ func TestFixturesInProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := runtime.New(memstore.New(), app.BuiltinModes(), policy.DefaultOnly{}, runtime.Options{})
+	rt := runtime.New(memstore.New(), builtin.Modes(), policy.DefaultOnly{}, runtime.Options{})
 	if err := rt.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
-	"github.com/macpd/macpd/internal/app"
-	"github.com/macpd/macpd/internal/loadgen"
+	"github.com/macpd/macpd/internal/bench/loadgen"
+	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/internal/store/pebblestore"
@@ -505,7 +505,7 @@ func checkOffline(f *findings, dir string, views map[string]*sessionView) (verif
 		}
 	}
 
-	modes, err := verify.StoredModes(ctx, st, app.BuiltinModes())
+	modes, err := verify.StoredModes(ctx, st, builtin.Modes())
 	if err != nil {
 		f.add("verify: stored modes: %v", err)
 		return 0, 0

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
-	"github.com/macpd/macpd/internal/loadgen"
+	"github.com/macpd/macpd/internal/bench/loadgen"
 	"github.com/macpd/macpd/sdk"
 )
 

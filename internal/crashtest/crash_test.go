@@ -17,7 +17,7 @@ import (
 
 	decisionv1 "github.com/macpd/macpd/gen/macp/modes/decision/v1"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
-	"github.com/macpd/macpd/internal/loadgen"
+	"github.com/macpd/macpd/internal/bench/loadgen"
 	"github.com/macpd/macpd/sdk"
 )
 

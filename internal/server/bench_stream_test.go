@@ -16,8 +16,8 @@ import (
 	"github.com/google/uuid"
 	decisionv1 "github.com/macpd/macpd/gen/macp/modes/decision/v1"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
-	"github.com/macpd/macpd/internal/app"
 	"github.com/macpd/macpd/internal/auth"
+	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/policy"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/server"
@@ -90,7 +90,7 @@ func benchAs(ctx context.Context, agent string) context.Context {
 }
 
 func benchStreamFanout(b *testing.B, subs int, stalled bool) {
-	rt := runtime.New(memstore.New(), app.BuiltinModes(), policy.DefaultOnly{}, runtime.Options{})
+	rt := runtime.New(memstore.New(), builtin.Modes(), policy.DefaultOnly{}, runtime.Options{})
 	if err := rt.Start(context.Background()); err != nil {
 		b.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/macpd/macpd/internal/auth"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/policy"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/server"
@@ -80,7 +81,7 @@ func startService(t *testing.T, opts server.Options, rtOpts ...runtime.Options) 
 	if len(rtOpts) > 0 {
 		ro = rtOpts[0]
 	}
-	rt := runtime.New(memstore.New(), app.BuiltinModes(), policy.DefaultOnly{}, ro)
+	rt := runtime.New(memstore.New(), builtin.Modes(), policy.DefaultOnly{}, ro)
 	if err := rt.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

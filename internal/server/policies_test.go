@@ -10,8 +10,8 @@ import (
 	"github.com/google/uuid"
 	decisionv1 "github.com/macpd/macpd/gen/macp/modes/decision/v1"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
-	"github.com/macpd/macpd/internal/app"
 	"github.com/macpd/macpd/internal/mode"
+	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/server"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store/pebblestore"
@@ -422,7 +422,7 @@ func TestPoliciesSurviveRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	ok, failed, err := verify.Verify(context.Background(), st, app.BuiltinModes(), session.DefaultLimits(), func(r verify.SessionResult) {
+	ok, failed, err := verify.Verify(context.Background(), st, builtin.Modes(), session.DefaultLimits(), func(r verify.SessionResult) {
 		if !r.OK() {
 			t.Errorf("verify %s: %v", r.SessionID, r.Err)
 		}
@@ -437,7 +437,7 @@ func TestPoliciesSurviveRestart(t *testing.T) {
 // (mode.RulesValidator), so a policy a session of the mode could never use
 // is refused when registered, not at every SessionStart.
 func TestStandardModesValidateRules(t *testing.T) {
-	reg := app.BuiltinModes()
+	reg := builtin.Modes()
 	n := 0
 	for _, id := range reg.IDs() {
 		if !strings.HasPrefix(id, "macp.mode.") {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
-	"github.com/macpd/macpd/internal/app"
+	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/server"
 	"google.golang.org/grpc"
@@ -219,7 +219,7 @@ func TestWatchModeRegistry(t *testing.T) {
 		t.Fatalf("initial hint %v", hint)
 	}
 	nothing(t, ch, 50*time.Millisecond)
-	e.rt.SetModes(app.BuiltinModes())
+	e.rt.SetModes(builtin.Modes())
 	if hint := next(t, ch).Change; hint.GetRegistry() != "modes" {
 		t.Fatalf("change hint %v", hint)
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
-	"github.com/macpd/macpd/internal/datasync"
+	"github.com/macpd/macpd/internal/bench/datasync"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/macpd/macpd/internal/app"
-	"github.com/macpd/macpd/internal/benchrec"
+	"github.com/macpd/macpd/internal/bench/benchrec"
+	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/policy"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/session"
@@ -78,7 +78,7 @@ func testGenerateVerifyReplayRecover(t *testing.T, split bool) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	rt := runtime.New(st, app.BuiltinModes(), policy.DefaultOnly{}, runtime.Options{StrictRecovery: true})
+	rt := runtime.New(st, builtin.Modes(), policy.DefaultOnly{}, runtime.Options{StrictRecovery: true})
 	if err := rt.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

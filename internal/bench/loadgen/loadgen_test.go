@@ -14,7 +14,7 @@ import (
 	"github.com/macpd/macpd/internal/app"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/coord"
-	"github.com/macpd/macpd/internal/loadgen"
+	"github.com/macpd/macpd/internal/bench/loadgen"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/internal/testutil"
