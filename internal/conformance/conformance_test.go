@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/macpd/macpd/internal/conformance"
+	"github.com/macpd/macpd/internal/conformance/inproc"
 	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/policy"
 	"github.com/macpd/macpd/internal/runtime"
@@ -38,7 +39,7 @@ func TestFixturesInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(rt.Close)
-	target := conformance.Local{RT: rt}
+	target := inproc.Target{RT: rt}
 	for _, f := range fixtures {
 		t.Run(f.Name, func(t *testing.T) {
 			t.Parallel()

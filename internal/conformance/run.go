@@ -155,7 +155,7 @@ func Run(ctx context.Context, f *Fixture, t Target, sessionID string) Result {
 		st, err := in.ModeState(ctx, sessionID)
 		if err != nil {
 			res.failf("mode state: %v", err)
-		} else if diff := Subset(f.ExpectedModeState, jsonRoundTrip(st), "mode_state"); diff != "" {
+		} else if diff := Subset(f.ExpectedModeState, JSONNormal(st), "mode_state"); diff != "" {
 			res.failf("%s", diff)
 		}
 	}
@@ -204,9 +204,9 @@ func protoToMap(m *macpv1.CommitmentPayload) (map[string]any, error) {
 	return out, json.Unmarshal(b, &out)
 }
 
-// jsonRoundTrip normalizes a projection to JSON types (float64 numbers,
+// JSONNormal normalizes a projection to JSON types (float64 numbers,
 // []any, map[string]any).
-func jsonRoundTrip(v any) any {
+func JSONNormal(v any) any {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return v
