@@ -3,12 +3,10 @@ package decision_test
 import (
 	"fmt"
 	"math"
-	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/macpd/macpd/internal/coord"
-	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/decision"
 	"github.com/macpd/macpd/internal/mode/modetest"
 )
@@ -642,39 +640,19 @@ func TestAfterCommit(t *testing.T) {
 // TestDescriptor pins the discovery descriptor (RFC-MACP-0007 §2, §7;
 // RFC-MACP-0002 §4; checklist MODE-6, DEC-1, DEC-2).
 func TestDescriptor(t *testing.T) {
-	m := decision.New()
-	d := m.Descriptor()
-	if d != m.Descriptor() || d != decision.New().Descriptor() {
-		t.Error("Descriptor must return the same shared value")
-	}
-	want := []string{"SessionStart", "Proposal", "Evaluation", "Objection", "Vote", "Commitment"}
-	if d.GetMode() != "macp.mode.decision.v1" || d.GetModeVersion() != "1.0.0" ||
-		d.GetDeterminismClass() != "semantic-deterministic" || d.GetParticipantModel() != "declared" ||
-		!reflect.DeepEqual(d.GetMessageTypes(), want) || !reflect.DeepEqual(d.GetTerminalMessageTypes(), []string{"Commitment"}) {
-		t.Errorf("descriptor = %v", d)
-	}
-	for _, k := range []string{"proto", "json_schema", "docs"} {
-		if d.GetSchemaUris()[k] == "" {
-			t.Errorf("schema_uris[%q] missing", k)
-		}
-	}
-	if !mode.IsStandardID(d.GetMode()) {
-		t.Error("decision is a standards-track mode id")
-	}
+	modetest.CheckDescriptorIs(t, decision.New, modetest.WantDescriptor{
+		Mode: "macp.mode.decision.v1", Version: "1.0.0",
+		Determinism: "semantic-deterministic", ParticipantModel: "declared",
+		MessageTypes: []string{"SessionStart", "Proposal", "Evaluation", "Objection", "Vote", "Commitment"},
+		Standard:     true,
+	})
 }
 
 // TestRandomRuns drives the generator through the suite invariants with
 // fixed seeds, and checks it reaches the valid paths.
 func TestRandomRuns(t *testing.T) {
-	n := 400
-	if testing.Short() {
-		n = 50
-	}
-	resolved, accepted := modetest.RandomRuns(t, decision.New(), gen{}, 7, n, 160)
-	t.Logf("%d runs: %d resolved, %d inputs accepted", n, resolved, accepted)
-	if resolved == 0 || accepted < n {
-		t.Errorf("generator reaches too few valid paths: %d resolved, %d accepted", resolved, accepted)
-	}
+	modetest.RandomRunsReach(t, decision.New(), gen{}, 7, 400, 50, 160,
+		func(n int) int { return 1 }, func(n int) int { return n })
 }
 
 // FuzzDecision feeds fuzzer-chosen message sequences through the shared

@@ -21,12 +21,7 @@ const (
 	dave      = "agent://d"
 )
 
-var msgSeq int
-
-func msg(typ, sender string, payload []byte) mode.Message {
-	msgSeq++
-	return mode.Message{Type: typ, ID: fmt.Sprintf("m%d", msgSeq), Sender: sender, Payload: payload}
-}
+var msg = modetest.Messages()
 
 var marshal = modetest.Marshal
 

@@ -1,7 +1,6 @@
 package handoff_test
 
 import (
-	"reflect"
 	"testing"
 
 	"github.com/macpd/macpd/internal/coord"
@@ -432,25 +431,12 @@ func TestAfterCommit(t *testing.T) {
 // TestDescriptor pins the discovery descriptor (RFC-MACP-0010 §2, §4, §7;
 // RFC-MACP-0002 §4, §10; checklist MODE-6, HAND-1, HAND-2).
 func TestDescriptor(t *testing.T) {
-	m := handoff.New()
-	d := m.Descriptor()
-	if d != m.Descriptor() || d != handoff.New().Descriptor() {
-		t.Error("Descriptor must return the same shared value")
-	}
-	want := []string{"SessionStart", "HandoffOffer", "HandoffContext", "HandoffAccept", "HandoffDecline", "Commitment"}
-	if d.GetMode() != "macp.mode.handoff.v1" || d.GetModeVersion() != "1.0.0" ||
-		d.GetDeterminismClass() != "context-frozen" || d.GetParticipantModel() != "delegated" ||
-		!reflect.DeepEqual(d.GetMessageTypes(), want) || !reflect.DeepEqual(d.GetTerminalMessageTypes(), []string{"Commitment"}) {
-		t.Errorf("descriptor = %v", d)
-	}
-	for _, k := range []string{"proto", "json_schema", "docs"} {
-		if d.GetSchemaUris()[k] == "" {
-			t.Errorf("schema_uris[%q] missing", k)
-		}
-	}
-	if !mode.IsStandardID(d.GetMode()) {
-		t.Error("handoff is a standards-track mode id")
-	}
+	modetest.CheckDescriptorIs(t, handoff.New, modetest.WantDescriptor{
+		Mode: "macp.mode.handoff.v1", Version: "1.0.0",
+		Determinism: "context-frozen", ParticipantModel: "delegated",
+		MessageTypes: []string{"SessionStart", "HandoffOffer", "HandoffContext", "HandoffAccept", "HandoffDecline", "Commitment"},
+		Standard:     true,
+	})
 }
 
 // TestRandomRuns drives the generator through the suite invariants with

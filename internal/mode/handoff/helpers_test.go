@@ -19,12 +19,7 @@ const (
 	outsider = "agent://outsider"
 )
 
-var msgSeq int
-
-func msg(typ, sender string, payload []byte) mode.Message {
-	msgSeq++
-	return mode.Message{Type: typ, ID: fmt.Sprintf("m%d", msgSeq), Sender: sender, Payload: payload}
-}
+var msg = modetest.Messages()
 
 var marshal = modetest.Marshal
 

@@ -24,12 +24,7 @@ const (
 	notOpen    = coord.CodeSessionNotOpen
 )
 
-var msgSeq int
-
-func msg(typ, sender string, payload []byte) mode.Message {
-	msgSeq++
-	return mode.Message{Type: typ, ID: fmt.Sprintf("m%d", msgSeq), Sender: sender, Payload: payload}
-}
+var msg = modetest.Messages()
 
 // binding returns a multi-round binding under policy.default with the given
 // participants (default alice, bob); the coordinator initiates, unlisted.

@@ -2,8 +2,6 @@ package multiround_test
 
 import (
 	"fmt"
-	"reflect"
-	"strings"
 	"testing"
 
 	"github.com/macpd/macpd/internal/coord"
@@ -223,21 +221,13 @@ func TestAfterCommit(t *testing.T) {
 // TestDescriptor pins the discovery descriptor (checklist MR-1, MODE-6;
 // RFC-MACP-0002 §3 ext.* namespace).
 func TestDescriptor(t *testing.T) {
-	m := multiround.New()
-	d := m.Descriptor()
-	if d != m.Descriptor() || d != multiround.New().Descriptor() {
-		t.Error("Descriptor must return the same shared value")
-	}
-	if d.GetMode() != "ext.multi_round.v1" || d.GetModeVersion() != "1.0.0" || d.GetTitle() != "Multi-Round Mode" ||
-		d.GetDeterminismClass() != "semantic-deterministic" || d.GetParticipantModel() != "peer" ||
-		!reflect.DeepEqual(d.GetMessageTypes(), []string{"SessionStart", "Contribute", "Commitment"}) ||
-		!reflect.DeepEqual(d.GetTerminalMessageTypes(), []string{"Commitment"}) {
-		t.Errorf("descriptor = %v", d)
-	}
-	if mode.IsStandardID(d.GetMode()) || !strings.HasPrefix(d.GetMode(), "ext.") {
-		t.Error("multi_round is an ext.* extension id")
-	}
-	modetest.CheckDescriptor(t, m)
+	modetest.CheckDescriptorIs(t, multiround.New, modetest.WantDescriptor{
+		Mode: "ext.multi_round.v1", Version: "1.0.0",
+		Title:       "Multi-Round Mode",
+		Determinism: "semantic-deterministic", ParticipantModel: "peer",
+		MessageTypes: []string{"SessionStart", "Contribute", "Commitment"},
+		Standard:     false,
+	})
 }
 
 // TestLargeSession: convergence stays cheap with many participants (O(1)
@@ -272,15 +262,8 @@ func TestLargeSession(t *testing.T) {
 // TestRandomRuns drives the generator through the suite invariants with
 // fixed seeds, and checks it reaches the valid paths.
 func TestRandomRuns(t *testing.T) {
-	n := 600
-	if testing.Short() {
-		n = 60
-	}
-	resolved, accepted := modetest.RandomRuns(t, multiround.New(), gen{}, 17, n, 160)
-	t.Logf("%d runs: %d resolved, %d inputs accepted", n, resolved, accepted)
-	if resolved < n/5 || accepted < 2*n {
-		t.Errorf("generator reaches too few valid paths: %d resolved, %d accepted", resolved, accepted)
-	}
+	modetest.RandomRunsReach(t, multiround.New(), gen{}, 17, 600, 60, 160,
+		func(n int) int { return n / 5 }, func(n int) int { return 2 * n })
 }
 
 // FuzzMultiRound feeds fuzzer-chosen message sequences through the shared

@@ -1,12 +1,10 @@
 package proposal_test
 
 import (
-	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/macpd/macpd/internal/coord"
-	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/modetest"
 	"github.com/macpd/macpd/internal/mode/proposal"
 )
@@ -612,39 +610,19 @@ func TestAfterCommit(t *testing.T) {
 // TestDescriptor pins the discovery descriptor (RFC-MACP-0008 §2, §4, §7;
 // RFC-MACP-0002 §4, §10; checklist MODE-6, PROP-1, PROP-2).
 func TestDescriptor(t *testing.T) {
-	m := proposal.New()
-	d := m.Descriptor()
-	if d != m.Descriptor() || d != proposal.New().Descriptor() {
-		t.Error("Descriptor must return the same shared value")
-	}
-	want := []string{"SessionStart", "Proposal", "CounterProposal", "Accept", "Reject", "Withdraw", "Commitment"}
-	if d.GetMode() != "macp.mode.proposal.v1" || d.GetModeVersion() != "1.0.0" ||
-		d.GetDeterminismClass() != "semantic-deterministic" || d.GetParticipantModel() != "peer" ||
-		!reflect.DeepEqual(d.GetMessageTypes(), want) || !reflect.DeepEqual(d.GetTerminalMessageTypes(), []string{"Commitment"}) {
-		t.Errorf("descriptor = %v", d)
-	}
-	for _, k := range []string{"proto", "json_schema", "docs"} {
-		if d.GetSchemaUris()[k] == "" {
-			t.Errorf("schema_uris[%q] missing", k)
-		}
-	}
-	if !mode.IsStandardID(d.GetMode()) {
-		t.Error("proposal is a standards-track mode id")
-	}
+	modetest.CheckDescriptorIs(t, proposal.New, modetest.WantDescriptor{
+		Mode: "macp.mode.proposal.v1", Version: "1.0.0",
+		Determinism: "semantic-deterministic", ParticipantModel: "peer",
+		MessageTypes: []string{"SessionStart", "Proposal", "CounterProposal", "Accept", "Reject", "Withdraw", "Commitment"},
+		Standard:     true,
+	})
 }
 
 // TestRandomRuns drives the generator through the suite invariants with
 // fixed seeds, and checks it reaches the valid paths.
 func TestRandomRuns(t *testing.T) {
-	n := 400
-	if testing.Short() {
-		n = 50
-	}
-	resolved, accepted := modetest.RandomRuns(t, proposal.New(), gen{}, 11, n, 200)
-	t.Logf("%d runs: %d resolved, %d inputs accepted", n, resolved, accepted)
-	if resolved < n/20 || accepted < n {
-		t.Errorf("generator reaches too few valid paths: %d resolved, %d accepted", resolved, accepted)
-	}
+	modetest.RandomRunsReach(t, proposal.New(), gen{}, 11, 400, 50, 200,
+		func(n int) int { return n / 20 }, func(n int) int { return n })
 }
 
 // FuzzProposal feeds fuzzer-chosen message sequences through the shared

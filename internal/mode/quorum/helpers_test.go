@@ -31,15 +31,9 @@ const (
 	notOpen    = coord.CodeSessionNotOpen
 )
 
-// garbage is not decodable as any protobuf message (truncated varint).
-var garbage = []byte{0xff, 0xff}
+var garbage = modetest.Garbage
 
-var msgSeq int
-
-func msg(typ, sender string, payload []byte) mode.Message {
-	msgSeq++
-	return mode.Message{Type: typ, ID: fmt.Sprintf("m%d", msgSeq), Sender: sender, Payload: payload}
-}
+var msg = modetest.Messages()
 
 var marshal = modetest.Marshal
 

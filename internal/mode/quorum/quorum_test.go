@@ -8,7 +8,6 @@ import (
 
 	quorumv1 "github.com/macpd/macpd/gen/macp/modes/quorum/v1"
 	"github.com/macpd/macpd/internal/coord"
-	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/modetest"
 	"github.com/macpd/macpd/internal/mode/quorum"
 )
@@ -569,40 +568,19 @@ func TestAfterCommit(t *testing.T) {
 // TestDescriptor pins the discovery descriptor (RFC-MACP-0011 §2, §4, §7;
 // RFC-MACP-0002 §4; checklist MODE-6, QUO-1, QUO-2).
 func TestDescriptor(t *testing.T) {
-	m := quorum.New()
-	d := m.Descriptor()
-	if d != m.Descriptor() || d != quorum.New().Descriptor() {
-		t.Error("Descriptor must return the same shared value")
-	}
-	want := []string{"SessionStart", "ApprovalRequest", "Approve", "Reject", "Abstain", "Commitment"}
-	if d.GetMode() != "macp.mode.quorum.v1" || d.GetModeVersion() != "1.0.0" ||
-		d.GetDeterminismClass() != "semantic-deterministic" || d.GetParticipantModel() != "quorum" ||
-		!reflect.DeepEqual(d.GetMessageTypes(), want) || !reflect.DeepEqual(d.GetTerminalMessageTypes(), []string{"Commitment"}) {
-		t.Errorf("descriptor = %v", d)
-	}
-	for _, k := range []string{"proto", "json_schema", "docs"} {
-		if d.GetSchemaUris()[k] == "" {
-			t.Errorf("schema_uris[%q] missing", k)
-		}
-	}
-	if !mode.IsStandardID(d.GetMode()) {
-		t.Error("quorum is a standards-track mode id")
-	}
-	modetest.CheckDescriptor(t, m)
+	modetest.CheckDescriptorIs(t, quorum.New, modetest.WantDescriptor{
+		Mode: "macp.mode.quorum.v1", Version: "1.0.0",
+		Determinism: "semantic-deterministic", ParticipantModel: "quorum",
+		MessageTypes: []string{"SessionStart", "ApprovalRequest", "Approve", "Reject", "Abstain", "Commitment"},
+		Standard:     true,
+	})
 }
 
 // TestRandomRuns drives the generator through the suite invariants with
 // fixed seeds, and checks it reaches the valid paths.
 func TestRandomRuns(t *testing.T) {
-	n := 600
-	if testing.Short() {
-		n = 60
-	}
-	resolved, accepted := modetest.RandomRuns(t, quorum.New(), gen{}, 13, n, 160)
-	t.Logf("%d runs: %d resolved, %d inputs accepted", n, resolved, accepted)
-	if resolved < n/10 || accepted < 2*n {
-		t.Errorf("generator reaches too few valid paths: %d resolved, %d accepted", resolved, accepted)
-	}
+	modetest.RandomRunsReach(t, quorum.New(), gen{}, 13, 600, 60, 160,
+		func(n int) int { return n / 10 }, func(n int) int { return 2 * n })
 }
 
 // FuzzQuorum feeds fuzzer-chosen message sequences through the shared

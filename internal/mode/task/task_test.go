@@ -2,13 +2,11 @@ package task_test
 
 import (
 	"math"
-	"reflect"
 	"strings"
 	"testing"
 
 	taskv1 "github.com/macpd/macpd/gen/macp/modes/task/v1"
 	"github.com/macpd/macpd/internal/coord"
-	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/modetest"
 	"github.com/macpd/macpd/internal/mode/task"
 )
@@ -551,40 +549,19 @@ func TestAfterCommit(t *testing.T) {
 // TestDescriptor pins the discovery descriptor (RFC-MACP-0009 §2, §4, §7;
 // RFC-MACP-0002 §4; checklist MODE-6, TASK-1, TASK-2).
 func TestDescriptor(t *testing.T) {
-	m := task.New()
-	d := m.Descriptor()
-	if d != m.Descriptor() || d != task.New().Descriptor() {
-		t.Error("Descriptor must return the same shared value")
-	}
-	want := []string{"SessionStart", "TaskRequest", "TaskAccept", "TaskReject", "TaskUpdate", "TaskComplete", "TaskFail", "Commitment"}
-	if d.GetMode() != "macp.mode.task.v1" || d.GetModeVersion() != "1.0.0" ||
-		d.GetDeterminismClass() != "structural-only" || d.GetParticipantModel() != "orchestrated" ||
-		!reflect.DeepEqual(d.GetMessageTypes(), want) || !reflect.DeepEqual(d.GetTerminalMessageTypes(), []string{"Commitment"}) {
-		t.Errorf("descriptor = %v", d)
-	}
-	for _, k := range []string{"proto", "json_schema", "docs"} {
-		if d.GetSchemaUris()[k] == "" {
-			t.Errorf("schema_uris[%q] missing", k)
-		}
-	}
-	if !mode.IsStandardID(d.GetMode()) {
-		t.Error("task is a standards-track mode id")
-	}
-	modetest.CheckDescriptor(t, m)
+	modetest.CheckDescriptorIs(t, task.New, modetest.WantDescriptor{
+		Mode: "macp.mode.task.v1", Version: "1.0.0",
+		Determinism: "structural-only", ParticipantModel: "orchestrated",
+		MessageTypes: []string{"SessionStart", "TaskRequest", "TaskAccept", "TaskReject", "TaskUpdate", "TaskComplete", "TaskFail", "Commitment"},
+		Standard:     true,
+	})
 }
 
 // TestRandomRuns drives the generator through the suite invariants with
 // fixed seeds, and checks it reaches the valid paths.
 func TestRandomRuns(t *testing.T) {
-	n := 600
-	if testing.Short() {
-		n = 60
-	}
-	resolved, accepted := modetest.RandomRuns(t, task.New(), gen{}, 11, n, 160)
-	t.Logf("%d runs: %d resolved, %d inputs accepted", n, resolved, accepted)
-	if resolved < n/20 || accepted < n {
-		t.Errorf("generator reaches too few valid paths: %d resolved, %d accepted", resolved, accepted)
-	}
+	modetest.RandomRunsReach(t, task.New(), gen{}, 11, 600, 60, 160,
+		func(n int) int { return n / 20 }, func(n int) int { return n })
 }
 
 // FuzzTask feeds fuzzer-chosen message sequences through the shared suite's
