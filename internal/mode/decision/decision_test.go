@@ -615,26 +615,9 @@ func TestRejectedLeavesProjectUnchanged(t *testing.T) {
 // SESSION_NOT_OPEN (the core normally stops first; RFC-MACP-0001 terminal
 // sessions accept nothing).
 func TestAfterCommit(t *testing.T) {
-	b := binding(t, "")
-	st, _ := decision.New().Start(b)
-	p := propIn(initiator, "p1", "deploy")
-	if err := st.Step(b, &p.Msg); err != nil {
-		t.Fatal(err)
-	}
-	c := commitIn(initiator, true)
-	if err := st.Commit(b, &c.Msg, c.Commitment); err != nil {
-		t.Fatal(err)
-	}
-	v := voteIn(alice, "p1", "APPROVE")
-	if got := coord.CodeOf(st.Step(b, &v.Msg)); got != coord.CodeSessionNotOpen {
-		t.Errorf("Step after commit: %q", got)
-	}
-	if got := coord.CodeOf(st.Commit(b, &c.Msg, c.Commitment)); got != coord.CodeSessionNotOpen {
-		t.Errorf("second Commit: %q", got)
-	}
-	if got := coord.CodeOf(st.Commit(b, &c.Msg, nil)); got != coord.CodeSessionNotOpen {
-		t.Errorf("nil Commit: %q", got)
-	}
+	modetest.CheckAfterCommit(t, decision.New(), binding(t, ""),
+		[]modetest.Input{propIn(initiator, "p1", "deploy")}, commitIn(initiator, true),
+		voteIn(alice, "p1", "APPROVE"))
 }
 
 // TestDescriptor pins the discovery descriptor (RFC-MACP-0007 §2, §7;

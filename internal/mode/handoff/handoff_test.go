@@ -401,31 +401,11 @@ func TestRejectedLeavesProjectUnchanged(t *testing.T) {
 // TestAfterCommit: a committed state refuses everything with
 // SESSION_NOT_OPEN (the core normally stops first).
 func TestAfterCommit(t *testing.T) {
-	b := binding(t, "")
-	st, _ := handoff.New().Start(b)
-	for _, in := range []modetest.Input{offerIn(owner, "h1", target), acceptIn(target, "h1", "")} {
-		if err := st.Step(b, &in.Msg); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c := commitIn(owner, true)
-	if err := st.Commit(b, &c.Msg, c.Commitment); err != nil {
-		t.Fatal(err)
-	}
 	// After the transfer the new owner still cannot offer: the session is
 	// resolved.
-	for _, in := range []modetest.Input{offerIn(owner, "h2", backup), offerIn(target, "h2", backup), contextIn(owner, "h1")} {
-		if got := coord.CodeOf(st.Step(b, &in.Msg)); got != coord.CodeSessionNotOpen {
-			t.Errorf("Step %v after commit: %q", in, got)
-		}
-	}
-	if got := coord.CodeOf(st.Commit(b, &c.Msg, c.Commitment)); got != coord.CodeSessionNotOpen {
-		t.Errorf("second Commit: %q", got)
-	}
-	st2, _ := handoff.New().Start(b)
-	if got := coord.CodeOf(st2.Commit(b, &c.Msg, nil)); got != invalidEnv {
-		t.Errorf("nil Commit: %q", got)
-	}
+	modetest.CheckAfterCommit(t, handoff.New(), binding(t, ""),
+		[]modetest.Input{offerIn(owner, "h1", target), acceptIn(target, "h1", "")}, commitIn(owner, true),
+		offerIn(owner, "h2", backup), offerIn(target, "h2", backup), contextIn(owner, "h1"))
 }
 
 // TestDescriptor pins the discovery descriptor (RFC-MACP-0010 §2, §4, §7;

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
 )
 
@@ -78,5 +79,44 @@ func Messages() func(typ, sender string, payload []byte) mode.Message {
 	return func(typ, sender string, payload []byte) mode.Message {
 		n++
 		return mode.Message{Type: typ, ID: "m" + strconv.Itoa(n), Sender: sender, Payload: payload}
+	}
+}
+
+// CheckAfterCommit drives m from Start(b) through steps and commit, each
+// accepted; then every input of after, a second Commit and a Commit
+// without its payload are refused with SESSION_NOT_OPEN (a committed state
+// refuses everything; the core normally stops first), and a Commit without
+// its payload on a fresh state is INVALID_ENVELOPE.
+func CheckAfterCommit(t *testing.T, m mode.Mode, b *mode.Binding, steps []Input, commit Input, after ...Input) {
+	t.Helper()
+	st, err := m.Start(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range steps {
+		if err := st.Step(b, &in.Msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Commit(b, &commit.Msg, commit.Commitment); err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range after {
+		if got := coord.CodeOf(st.Step(b, &in.Msg)); got != coord.CodeSessionNotOpen {
+			t.Errorf("Step %s after commit: %q", in.Msg.Type, got)
+		}
+	}
+	if got := coord.CodeOf(st.Commit(b, &commit.Msg, commit.Commitment)); got != coord.CodeSessionNotOpen {
+		t.Errorf("second Commit: %q", got)
+	}
+	if got := coord.CodeOf(st.Commit(b, &commit.Msg, nil)); got != coord.CodeSessionNotOpen {
+		t.Errorf("Commit without payload after commit: %q", got)
+	}
+	fresh, err := m.Start(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := coord.CodeOf(fresh.Commit(b, &commit.Msg, nil)); got != coord.CodeInvalidEnvelope {
+		t.Errorf("Commit without payload: %q", got)
 	}
 }

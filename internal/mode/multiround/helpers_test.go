@@ -21,7 +21,6 @@ const (
 const (
 	invalidEnv = coord.CodeInvalidEnvelope
 	forbidden  = coord.CodeForbidden
-	notOpen    = coord.CodeSessionNotOpen
 )
 
 var msg = modetest.Messages()

@@ -196,26 +196,9 @@ func TestRejectedLeavesProjectUnchanged(t *testing.T) {
 // TestAfterCommit: a committed state refuses everything with
 // SESSION_NOT_OPEN (the core normally stops first).
 func TestAfterCommit(t *testing.T) {
-	b := binding(alice)
-	st, _ := multiround.New().Start(b)
 	in := contributeIn(alice, "a")
-	if err := st.Step(b, &in.Msg); err != nil {
-		t.Fatal(err)
-	}
-	c := commitIn(coordinator, true)
-	if err := st.Commit(b, &c.Msg, c.Commitment); err != nil {
-		t.Fatal(err)
-	}
-	if got := coord.CodeOf(st.Step(b, &in.Msg)); got != notOpen {
-		t.Errorf("Step after commit: %q", got)
-	}
-	if got := coord.CodeOf(st.Commit(b, &c.Msg, c.Commitment)); got != notOpen {
-		t.Errorf("second Commit: %q", got)
-	}
-	st2, _ := multiround.New().Start(b)
-	if got := coord.CodeOf(st2.Commit(b, &c.Msg, nil)); got != invalidEnv {
-		t.Errorf("nil Commit: %q", got)
-	}
+	modetest.CheckAfterCommit(t, multiround.New(), binding(alice),
+		[]modetest.Input{in}, commitIn(coordinator, true), in)
 }
 
 // TestDescriptor pins the discovery descriptor (checklist MR-1, MODE-6;

@@ -583,28 +583,9 @@ func TestRejectedLeavesProjectUnchanged(t *testing.T) {
 // TestAfterCommit: a committed state refuses everything with
 // SESSION_NOT_OPEN (the core normally stops first).
 func TestAfterCommit(t *testing.T) {
-	b := binding(t, "")
-	st, _ := proposal.New().Start(b)
-	for _, in := range []modetest.Input{propIn(seller, "p1"), rejectIn(buyer, "p1", true)} {
-		if err := st.Step(b, &in.Msg); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c := commitIn(buyer, false)
-	if err := st.Commit(b, &c.Msg, c.Commitment); err != nil {
-		t.Fatal(err)
-	}
-	a := acceptIn(buyer, "p1")
-	if got := coord.CodeOf(st.Step(b, &a.Msg)); got != coord.CodeSessionNotOpen {
-		t.Errorf("Step after commit: %q", got)
-	}
-	if got := coord.CodeOf(st.Commit(b, &c.Msg, c.Commitment)); got != coord.CodeSessionNotOpen {
-		t.Errorf("second Commit: %q", got)
-	}
-	st2, _ := proposal.New().Start(b)
-	if got := coord.CodeOf(st2.Commit(b, &c.Msg, nil)); got != invalidEnv {
-		t.Errorf("nil Commit: %q", got)
-	}
+	modetest.CheckAfterCommit(t, proposal.New(), binding(t, ""),
+		[]modetest.Input{propIn(seller, "p1"), rejectIn(buyer, "p1", true)}, commitIn(buyer, false),
+		acceptIn(buyer, "p1"))
 }
 
 // TestDescriptor pins the discovery descriptor (RFC-MACP-0008 §2, §4, §7;

@@ -541,28 +541,9 @@ func TestRejectedLeavesProjectUnchanged(t *testing.T) {
 // TestAfterCommit: a committed state refuses everything with
 // SESSION_NOT_OPEN (the core normally stops first).
 func TestAfterCommit(t *testing.T) {
-	b := binding(t, "")
-	st, _ := quorum.New().Start(b)
-	for _, in := range []modetest.Input{requestIn(coordinator, "r1", 1), approveIn(alice, "r1")} {
-		if err := st.Step(b, &in.Msg); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c := commitIn(coordinator, true)
-	if err := st.Commit(b, &c.Msg, c.Commitment); err != nil {
-		t.Fatal(err)
-	}
-	v := approveIn(bob, "r1")
-	if got := coord.CodeOf(st.Step(b, &v.Msg)); got != notOpen {
-		t.Errorf("Step after commit: %q", got)
-	}
-	if got := coord.CodeOf(st.Commit(b, &c.Msg, c.Commitment)); got != notOpen {
-		t.Errorf("second Commit: %q", got)
-	}
-	st2, _ := quorum.New().Start(b)
-	if got := coord.CodeOf(st2.Commit(b, &c.Msg, nil)); got != invalidEnv {
-		t.Errorf("nil Commit: %q", got)
-	}
+	modetest.CheckAfterCommit(t, quorum.New(), binding(t, ""),
+		[]modetest.Input{requestIn(coordinator, "r1", 1), approveIn(alice, "r1")}, commitIn(coordinator, true),
+		approveIn(bob, "r1"))
 }
 
 // TestDescriptor pins the discovery descriptor (RFC-MACP-0011 §2, §4, §7;

@@ -27,7 +27,6 @@ const (
 	forbidden  = coord.CodeForbidden
 	denied     = coord.CodePolicyDenied
 	badPolicy  = coord.CodeInvalidPolicyDefinition
-	notOpen    = coord.CodeSessionNotOpen
 )
 
 var garbage = modetest.Garbage

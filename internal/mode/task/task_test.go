@@ -522,28 +522,9 @@ func TestRejectedLeavesProjectUnchanged(t *testing.T) {
 // TestAfterCommit: a committed state refuses everything with
 // SESSION_NOT_OPEN (the core normally stops first).
 func TestAfterCommit(t *testing.T) {
-	b := binding(t, "")
-	st, _ := task.New().Start(b)
-	for _, in := range []modetest.Input{requestIn(planner, "t1", worker), acceptIn(worker, "t1", ""), failIn(worker, "t1", "")} {
-		if err := st.Step(b, &in.Msg); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c := commitIn(planner, false)
-	if err := st.Commit(b, &c.Msg, c.Commitment); err != nil {
-		t.Fatal(err)
-	}
-	u := updateIn(worker, "t1", 0.5)
-	if got := coord.CodeOf(st.Step(b, &u.Msg)); got != notOpen {
-		t.Errorf("Step after commit: %q", got)
-	}
-	if got := coord.CodeOf(st.Commit(b, &c.Msg, c.Commitment)); got != notOpen {
-		t.Errorf("second Commit: %q", got)
-	}
-	st2, _ := task.New().Start(b)
-	if got := coord.CodeOf(st2.Commit(b, &c.Msg, nil)); got != invalidEnv {
-		t.Errorf("nil Commit: %q", got)
-	}
+	modetest.CheckAfterCommit(t, task.New(), binding(t, ""),
+		[]modetest.Input{requestIn(planner, "t1", worker), acceptIn(worker, "t1", ""), failIn(worker, "t1", "")}, commitIn(planner, false),
+		updateIn(worker, "t1", 0.5))
 }
 
 // TestDescriptor pins the discovery descriptor (RFC-MACP-0009 §2, §4, §7;
