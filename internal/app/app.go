@@ -240,7 +240,8 @@ func (a *App) Start(ctx context.Context) error {
 		}
 	}
 	a.lis = lis
-	a.startSnapshots()                                           // snapshots.go: MACP_SNAPSHOT_DIR
+	// snapshots.go: the MACP_SNAPSHOT_DIR writer.
+	a.startSnapshots()
 	lis = server.LimitListener(lis, a.cfg.Limits.MaxConnections) // MACP_MAX_CONNECTIONS
 	go func() { a.served <- a.grpc.Serve(lis) }()
 	a.log.Info("macpd serving", "addr", lis.Addr().String(), "version", Version,
