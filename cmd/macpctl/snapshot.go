@@ -5,10 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 
-	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/app"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/session"
@@ -92,7 +90,7 @@ func (c *cli) snapshot(args []string) error {
 	} else {
 		err = c.call(func(ctx context.Context, cl *sdk.Client) error {
 			var err error
-			in, o.Subsequent, err = onlineInput(ctx, cl, pos[0], *decay)
+			in, o.Subsequent, err = snapshot.FromRuntime(ctx, cl.RPC(), pos[0], *decay)
 			return err
 		})
 	}
@@ -144,74 +142,4 @@ func (c *cli) offlineInput(dir, sessionID string, decay int) (snapshot.Input, []
 		sub = snapshot.Subsequent(starts, sessionID, decay)
 	}
 	return in, sub, nil
-}
-
-// onlineInput reads a session from a running runtime. The envelopes are
-// read first (a passive subscription from 0, half-closed: the runtime
-// ends it after the durable history), the metadata second; if the
-// metadata says the session ended, the envelopes are read again, so a
-// terminal state always comes with its whole history. (A session that is
-// still OPEN in the metadata was OPEN when the envelopes were read.)
-func onlineInput(ctx context.Context, cl *sdk.Client, sessionID string, decay int) (snapshot.Input, []string, error) {
-	envs, err := readHistory(ctx, cl, sessionID)
-	if err != nil {
-		return snapshot.Input{}, nil, err
-	}
-	md, err := cl.GetSession(ctx, sessionID)
-	if err != nil {
-		return snapshot.Input{}, nil, err
-	}
-	if md.GetState() != macpv1.SessionState_SESSION_STATE_OPEN {
-		if envs, err = readHistory(ctx, cl, sessionID); err != nil {
-			return snapshot.Input{}, nil, err
-		}
-	}
-	var sub []string
-	if decay > 0 {
-		all, err := cl.ListSessions(ctx)
-		if err != nil {
-			return snapshot.Input{}, nil, err
-		}
-		starts := make([]snapshot.Start, 0, len(all))
-		for _, m := range all {
-			starts = append(starts, snapshot.Start{SessionID: m.GetSessionId(), Initiator: m.GetInitiator(), AcceptedAtMs: m.GetStartedAtUnixMs()})
-		}
-		sub = snapshot.Subsequent(starts, sessionID, decay)
-	}
-	return snapshot.InputFromWire(md, envs), sub, nil
-}
-
-// readHistory reads a session's accepted envelopes in order over a passive
-// StreamSession subscription from sequence 0.
-func readHistory(ctx context.Context, cl *sdk.Client, sessionID string) ([]*macpv1.Envelope, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := cl.RPC().StreamSession(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := stream.Send(&macpv1.StreamSessionRequest{SubscribeSessionId: sessionID}); err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	if err := stream.CloseSend(); err != nil {
-		return nil, err
-	}
-	var envs []*macpv1.Envelope
-	for {
-		resp, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return envs, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if e := resp.GetError(); e != nil {
-			return nil, fmt.Errorf("%s: %s", e.GetCode(), e.GetMessage())
-		}
-		env := resp.GetEnvelope()
-		if env == nil || env.GetSessionId() == "" {
-			continue // heartbeat
-		}
-		envs = append(envs, env)
-	}
 }
