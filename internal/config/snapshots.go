@@ -64,12 +64,12 @@ func (c *Config) validateSnapshots() []error {
 
 func (c *Config) snapshotsFromEnv(lookup Env) []error {
 	s := &c.Snapshots
-	// Set but empty is an error for the key settings (Validate reports
-	// it), not a silent fallback to the default.
-	if v, ok := lookup("MACP_EVENT_SOURCE"); ok {
+	// As for every MACP_* variable, empty means unset (the default);
+	// Validate refuses an empty value set by flag or in code.
+	if v, ok := lookup("MACP_EVENT_SOURCE"); ok && v != "" {
 		s.EventSource = v
 	}
-	if v, ok := lookup("MACP_SERVER_ID"); ok {
+	if v, ok := lookup("MACP_SERVER_ID"); ok && v != "" {
 		s.ServerID = v
 	}
 	if v, ok := lookup("MACP_SNAPSHOT_DIR"); ok && v != "" {

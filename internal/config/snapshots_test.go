@@ -39,9 +39,26 @@ func TestSnapshotEnvFlagsAndValidation(t *testing.T) {
 	if c.Snapshots != (SnapshotConfig{EventSource: "src", ServerID: "eu-2", Dir: "/tmp/s"}) {
 		t.Fatalf("flags: %+v", c.Snapshots)
 	}
+	// Empty means unset in the environment, as for every MACP_* variable.
+	c = Default()
+	if err := c.FromEnv(env(map[string]string{"MACP_SERVER_ID": "", "MACP_EVENT_SOURCE": ""})); err != nil || c.Snapshots != DefaultSnapshots() {
+		t.Fatalf("empty variables: %+v %v", c.Snapshots, err)
+	}
+	for name, args := range map[string][]string{
+		"empty server id flag":    {"--server-id", ""},
+		"empty event source flag": {"--event-source", ""},
+	} {
+		c := Default()
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		c.RegisterFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if errs := c.validateSnapshots(); len(errs) != 1 {
+			t.Errorf("%s: %v", name, errs)
+		}
+	}
 	for name, e := range map[string]map[string]string{
-		"empty server id":    {"MACP_SERVER_ID": ""},
-		"empty event source": {"MACP_EVENT_SOURCE": ""},
 		"space":              {"MACP_SERVER_ID": "my host"},
 		"too long":           {"MACP_EVENT_SOURCE": strings.Repeat("x", 129)},
 		"data dir":           {"MACP_SNAPSHOT_DIR": "/data/", "MACP_DATA_DIR": "/data"},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
 	"google.golang.org/protobuf/proto"
@@ -31,7 +32,7 @@ func InputFromHistory(recs []session.Record) (Input, error) {
 		ModeVersion:          sp.ModeVersion,
 		ConfigurationVersion: sp.ConfigurationVersion,
 		PolicyVersion:        recs[0].Start.Policy.ID,
-		State:                recs[len(recs)-1].Status.Proto(),
+		State:                lastStatus(recs).Proto(),
 		Initiator:            start.Sender,
 		Participants:         sp.Participants,
 		Envelopes:            make([]*macpv1.Envelope, 0, len(recs)),
@@ -45,6 +46,24 @@ func InputFromHistory(recs []session.Record) (Input, error) {
 		}
 	}
 	return in, nil
+}
+
+// lastStatus is the session's state after its last record: the
+// record's Status, or, for a record written without one, what its kind
+// implies (an expiry or cancel ends the session EXPIRED; an accepted
+// Commitment always resolves it).
+func lastStatus(recs []session.Record) session.Status {
+	last := recs[len(recs)-1]
+	if last.Status != 0 {
+		return last.Status
+	}
+	switch {
+	case last.Kind == session.KindExpire || last.Kind == session.KindCancel:
+		return session.Expired
+	case last.Kind == session.KindMessage && last.Envelope.GetMessageType() == coord.TypeCommitment:
+		return session.Resolved
+	}
+	return session.Open
 }
 
 // Source gives a session's durable history.

@@ -48,6 +48,14 @@ func TestInputFromHistoryEqualsReplay(t *testing.T) {
 		if !reflect.DeepEqual(a, b) {
 			t.Errorf("%s: history %+v\nreplay %+v", h.s.ID, a, b)
 		}
+		// Records written without a status give the same state.
+		bare := append([]session.Record(nil), h.recs...)
+		for i := range bare {
+			bare[i].Status = 0
+		}
+		if c, err := snapshot.InputFromHistory(bare); err != nil || c.State != b.State {
+			t.Errorf("%s: without stored status: %v, %v", h.s.ID, c.State, err)
+		}
 	}
 }
 
