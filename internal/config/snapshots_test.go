@@ -59,9 +59,9 @@ func TestSnapshotEnvFlagsAndValidation(t *testing.T) {
 		}
 	}
 	for name, e := range map[string]map[string]string{
-		"space":              {"MACP_SERVER_ID": "my host"},
-		"too long":           {"MACP_EVENT_SOURCE": strings.Repeat("x", 129)},
-		"data dir":           {"MACP_SNAPSHOT_DIR": "/data/", "MACP_DATA_DIR": "/data"},
+		"space":    {"MACP_SERVER_ID": "my host"},
+		"too long": {"MACP_EVENT_SOURCE": strings.Repeat("x", 129)},
+		"data dir": {"MACP_SNAPSHOT_DIR": "/data/", "MACP_DATA_DIR": "/data"},
 	} {
 		c := Default()
 		if err := c.FromEnv(env(e)); err != nil {
