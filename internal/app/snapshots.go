@@ -2,8 +2,10 @@ package app
 
 import (
 	"context"
+	"net/http"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/snapshot"
 )
@@ -97,3 +99,26 @@ func (a *App) stopSnapshots() {
 // Snapshots is the snapshot service: reports and payloads of this
 // server's sessions, and its http.Handler for the HTTP binding.
 func (a *App) Snapshots() *snapshot.Service { return a.snap.svc }
+
+// SnapshotAuthorize is the snapshot routes' authorization for the HTTP
+// binding: identify authenticates the request (the binding's own check,
+// its errors returned as they are), then the caller must be allowed to
+// read the session as for GetSession (initiator, declared participant,
+// observer: FORBIDDEN otherwise; SESSION_NOT_FOUND for an unknown one).
+// Mount it as a.Snapshots().Handler(a.SnapshotAuthorize(identify)).
+func (a *App) SnapshotAuthorize(identify func(*http.Request) (coord.Identity, error)) snapshot.Authorize {
+	return func(r *http.Request, sessionID string) error {
+		id, err := identify(r)
+		if err != nil {
+			return err
+		}
+		known, allowed := a.rt.MayRead(r.Context(), id, sessionID)
+		switch {
+		case !known:
+			return coord.Errorf(coord.CodeSessionNotFound, "session %s not found", sessionID)
+		case !allowed:
+			return coord.Errorf(coord.CodeForbidden, "%s may not read session %s", id.Sender, sessionID)
+		}
+		return nil
+	}
+}
