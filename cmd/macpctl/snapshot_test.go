@@ -7,8 +7,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/snapshot"
+	"github.com/macpd/macpd/internal/store/pebblestore"
 )
 
 // decisionSessions drives three Decision sessions through the CLI:
@@ -179,4 +182,46 @@ func TestReplayAllLoadGenerator(t *testing.T) {
 	if res.out != "50 sessions replayed, 0 diverged\n" {
 		t.Fatalf("replay --all:\n%s", res.out)
 	}
+
+	// Exit 0 only when everything equals what was stored: flip one byte
+	// of one session's record 2 (straight into Pebble).
+	st, err := pebblestore.Open(dir, pebblestore.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var victim string
+	_ = st.Sessions(context.Background(), func(id string) error {
+		if victim == "" {
+			victim = id
+		}
+		return nil
+	})
+	st.Close()
+	db, err := pebble.Open(dir, &pebble.Options{Logger: quietPebble{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := pebblestore.RecordKey(victim, 2)
+	v, closer, err := db.Get(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v = append([]byte(nil), v...)
+	closer.Close()
+	v[len(v)/2] ^= 0x20
+	if err := db.Set(k, v, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	res = r.run("replay", "--data-dir", dir, "--all")
+	if res.code != 1 || !strings.HasSuffix(res.out, "50 sessions replayed, 1 diverged\n") || !strings.Contains(res.out, victim) {
+		t.Fatalf("replay --all after damage: exit %d\n%s", res.code, res.out)
+	}
+	res = r.run("replay", "--data-dir", dir, victim)
+	if res.code != 1 {
+		t.Fatalf("replay of the damaged session: exit %d\n%s", res.code, res.out)
+	}
+	wantField(t, obj(t, res.lines()[0]), false, "matches_store")
 }
