@@ -52,6 +52,8 @@ type App struct {
 	admin      *admin.Server // nil unless cfg.AdminAddr is set
 	adminLis   net.Listener
 	adminServe chan struct{} // closed when the admin Serve returns
+
+	snap *snapshots // snapshots.go
 }
 
 // BuiltinModes returns the registry of modes this build ships
@@ -158,6 +160,9 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 	} else if !cfg.AllowInsecure { // Start warns about MACP_ALLOW_INSECURE itself
 		log.Warn("plaintext transport (MACP_ALLOW_PLAINTEXT): traffic and bearer tokens are unencrypted; do not use in production")
 	}
+	if err := a.newSnapshots(); err != nil { // snapshots.go
+		return nil, err
+	}
 	a.svc = svc
 	a.grpc, a.health = svc.NewGRPCServer(opts...)
 	if cfg.AdminAddr != "" {
@@ -222,6 +227,8 @@ func (a *App) Start(ctx context.Context) error {
 		}
 	}
 	a.lis = lis
+	// snapshots.go: the MACP_SNAPSHOT_DIR writer.
+	a.startSnapshots()
 	lis = server.LimitListener(lis, a.cfg.Limits.MaxConnections) // MACP_MAX_CONNECTIONS
 	go func() { a.served <- a.grpc.Serve(lis) }()
 	a.log.Info("macpd serving", "addr", lis.Addr().String(), "version", Version,
@@ -279,6 +286,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 			}
 			<-a.adminServe
 		}
+		a.stopSnapshots()
 		a.rt.Close()
 		err = a.store.Close()
 		a.log.Info("macpd stopped")

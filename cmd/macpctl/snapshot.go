@@ -1,0 +1,145 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/macpd/macpd/internal/app"
+	"github.com/macpd/macpd/internal/config"
+	"github.com/macpd/macpd/internal/session"
+	"github.com/macpd/macpd/internal/snapshot"
+	"github.com/macpd/macpd/internal/store"
+	"github.com/macpd/macpd/internal/store/pebblestore"
+	"github.com/macpd/macpd/internal/store/verify"
+	"github.com/macpd/macpd/sdk"
+)
+
+func init() {
+	commands = append(commands, command{
+		"snapshot", "SESSION_ID [--payload] [--profile strict] [--decay-runs N] [--data-dir DIR]",
+		"print a session's session_state_window_v1 report (or with --payload its snapshot payload): " +
+			"from a running runtime (GetSession + a passive StreamSession), or offline from --data-dir",
+		(*cli).snapshot,
+	})
+}
+
+// snapshotFlags are the key flags snapshot and replay share.
+type snapshotFlags struct {
+	eventSource, serverID *string
+}
+
+func (c *cli) registerSnapshotKeyFlags() snapshotFlags {
+	def := config.DefaultSnapshots()
+	return snapshotFlags{
+		eventSource: c.fs.String("event-source", cmp.Or(c.env("MACP_EVENT_SOURCE"), def.EventSource),
+			"event_source of the session key; must equal the server's for equal ids (env MACP_EVENT_SOURCE)"),
+		serverID: c.fs.String("server-id", cmp.Or(c.env("MACP_SERVER_ID"), def.ServerID),
+			"server_id of the session key; must equal the server's for equal ids (env MACP_SERVER_ID)"),
+	}
+}
+
+// openDataDir opens a data directory read-only (macpd must be stopped)
+// and returns the store and the modes replay needs (this build's plus the
+// extension modes registered in the store).
+func (c *cli) openDataDir(dir string) (store.Store, session.Modes, error) {
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil, nil, usagef("no data directory at %s", dir)
+	}
+	st, err := pebblestore.Open(dir, pebblestore.Options{ReadOnly: true})
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w (is macpd still running on it? stop it first)", err)
+	}
+	modes, err := verify.StoredModes(c.ctx, st, app.BuiltinModes())
+	if err != nil {
+		st.Close()
+		return nil, nil, err
+	}
+	return st, modes, nil
+}
+
+// snapshot prints the report (default) or the payload of one session.
+// Online it reads only what a client may read: the session's metadata
+// (GetSession) and its accepted envelopes (passive StreamSession from
+// sequence 0, half-closed so the runtime ends the stream after the
+// durable history); offline it replays the stored records through the
+// core. Both give the same id (docs/snapshots.md).
+func (c *cli) snapshot(args []string) error {
+	keys := c.registerSnapshotKeyFlags()
+	payload := c.fs.Bool("payload", false, "print the snapshot payload (RFC 8785 JSON) instead of the report")
+	profile := c.fs.String("profile", "default", "privacy profile: default (payload hashes) or strict (none)")
+	decay := c.fs.Int("decay-runs", 0, "a cross_session_decay window over this many subsequent sessions (0: session window)")
+	dataDir := c.fs.String("data-dir", "", "read this data directory offline instead of a running runtime (stop macpd first)")
+	pos, err := c.parse(args, 1)
+	if err != nil {
+		return err
+	}
+	prof, err := snapshot.ParseProfile(*profile)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	if *decay < 0 {
+		return usagef("--decay-runs must not be negative")
+	}
+	o := snapshot.Options{EventSource: *keys.eventSource, ServerID: *keys.serverID, Profile: prof, DecayRuns: *decay}
+	var in snapshot.Input
+	if *dataDir != "" {
+		in, o.Subsequent, err = c.offlineInput(*dataDir, pos[0], *decay)
+	} else {
+		err = c.call(func(ctx context.Context, cl *sdk.Client) error {
+			var err error
+			in, o.Subsequent, err = snapshot.FromRuntime(ctx, cl.RPC(), pos[0], *decay)
+			return err
+		})
+	}
+	if err != nil {
+		return err
+	}
+	p, err := snapshot.Build(in, o)
+	if err != nil {
+		return err
+	}
+	sealed, err := snapshot.Seal(p)
+	if err != nil {
+		return err
+	}
+	out := sealed.Bytes
+	if !*payload {
+		if out, err = snapshot.NewReport(sealed).Bytes(); err != nil {
+			return err
+		}
+	}
+	_, err = fmt.Fprintf(c.stdout, "%s\n", out)
+	return err
+}
+
+func (c *cli) offlineInput(dir, sessionID string, decay int) (snapshot.Input, []string, error) {
+	st, modes, err := c.openDataDir(dir)
+	if err != nil {
+		return snapshot.Input{}, nil, err
+	}
+	defer st.Close()
+	src := snapshot.StoreSource{Store: st}
+	recs, err := src.Records(c.ctx, sessionID)
+	if errors.Is(err, store.ErrNotFound) {
+		return snapshot.Input{}, nil, fmt.Errorf("SESSION_NOT_FOUND: session %s is not in %s", sessionID, dir)
+	}
+	if err != nil {
+		return snapshot.Input{}, nil, err
+	}
+	in, _, err := snapshot.InputFromRecords(recs, modes, session.DefaultLimits())
+	if err != nil {
+		return snapshot.Input{}, nil, fmt.Errorf("replaying %s: %w", sessionID, err)
+	}
+	var sub []string
+	if decay > 0 {
+		starts, err := src.Starts(c.ctx)
+		if err != nil {
+			return snapshot.Input{}, nil, err
+		}
+		sub = snapshot.Subsequent(starts, sessionID, decay)
+	}
+	return in, sub, nil
+}

@@ -1,0 +1,124 @@
+package app
+
+import (
+	"context"
+	"net/http"
+
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/runtime"
+	"github.com/macpd/macpd/internal/snapshot"
+)
+
+// snapshots is the App's session snapshot wiring (docs/snapshots.md): the
+// Service over the runtime's durable history (for transports:
+// GET /macp/session/{id}/state-window, GET /macp/snapshots/{sha256}), and,
+// with MACP_SNAPSHOT_DIR, a background Writer fed by the lifecycle feed's
+// terminal events. The events are published after the terminal record is
+// durable and Enqueue never blocks, so the acceptance path never waits
+// for a snapshot.
+type snapshots struct {
+	svc    *snapshot.Service
+	writer *snapshot.Writer // nil without MACP_SNAPSHOT_DIR
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (a *App) newSnapshots() error {
+	c := a.cfg.Snapshots
+	svc, err := snapshot.NewService(snapshot.StoreSource{Store: a.store, Durable: a.rt.LastSeq},
+		snapshot.ServiceOptions{EventSource: c.EventSource, ServerID: c.ServerID, Dir: c.Dir})
+	if err != nil {
+		return err
+	}
+	a.snap = &snapshots{svc: svc}
+	if c.Dir != "" {
+		a.snap.writer = snapshot.NewWriter(svc, c.Dir, a.log)
+	}
+	return nil
+}
+
+// startSnapshots starts the writer and its feed (after the runtime
+// started).
+func (a *App) startSnapshots() {
+	s := a.snap
+	if s == nil || s.writer == nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel, s.done = cancel, make(chan struct{})
+	go s.writer.Run(ctx)
+	go func() {
+		defer close(s.done)
+		terminal := func(ev runtime.LifecycleEvent) bool {
+			return ev.Type == macpv1.SessionLifecycleEvent_EVENT_TYPE_RESOLVED || ev.Type == macpv1.SessionLifecycleEvent_EVENT_TYPE_EXPIRED
+		}
+		for ctx.Err() == nil {
+			w := a.rt.Lifecycle.Watch(terminal)
+			a.feedWriter(ctx, w)
+			a.rt.Lifecycle.Unwatch(w)
+			if w.Overflowed() {
+				a.log.Warn("snapshot writer fell behind the session lifecycle feed; some ended sessions have no snapshot file (macpctl snapshot can still produce them)")
+			}
+		}
+	}()
+	a.log.Info("writing session snapshots", "dir", a.cfg.Snapshots.Dir)
+}
+
+func (a *App) feedWriter(ctx context.Context, w *runtime.LifecycleWatcher) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.Done():
+			return
+		case <-w.Ready():
+			for {
+				ev, ok := w.Next()
+				if !ok {
+					break
+				}
+				a.snap.writer.Enqueue(ev.Session.GetSessionId())
+			}
+		}
+	}
+}
+
+// stopSnapshots stops the feed and drains the writer (before the runtime
+// and the store close).
+func (a *App) stopSnapshots() {
+	s := a.snap
+	if s == nil || s.writer == nil || s.cancel == nil {
+		return
+	}
+	s.cancel()
+	<-s.done
+	s.writer.Close()
+}
+
+// Snapshots is the snapshot service: reports and payloads of this
+// server's sessions, and its http.Handler for the HTTP binding.
+func (a *App) Snapshots() *snapshot.Service { return a.snap.svc }
+
+// SnapshotAuthorize is the snapshot routes' authorization for the HTTP
+// binding: identify authenticates the request (the binding's own check,
+// its errors returned as they are), then the caller must be allowed to
+// read the session as for GetSession (initiator, declared participant,
+// observer: FORBIDDEN otherwise; SESSION_NOT_FOUND for an unknown one).
+// Mount it as a.Snapshots().Handler(a.SnapshotAuthorize(identify)).
+func (a *App) SnapshotAuthorize(identify func(*http.Request) (coord.Identity, error)) snapshot.Authorize {
+	return func(r *http.Request, sessionID string) error {
+		id, err := identify(r)
+		if err != nil {
+			return err
+		}
+		known, allowed := a.rt.MayRead(r.Context(), id, sessionID)
+		switch {
+		case !known:
+			return coord.Errorf(coord.CodeSessionNotFound, "session %s not found", sessionID)
+		case !allowed:
+			return coord.Errorf(coord.CodeForbidden, "%s may not read session %s", id.Sender, sessionID)
+		}
+		return nil
+	}
+}

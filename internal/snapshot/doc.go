@@ -1,0 +1,37 @@
+// Package snapshot derives deterministic, privacy-safe snapshots of MACP
+// sessions in the shape of Assay's session_state_window_v1 contract
+// (ADR-029), and replays stored sessions for verification and what-if
+// analysis (RFC-MACP-0003).
+//
+// Contract:
+//
+//  1. A Payload is derived only from a session's accepted history and its
+//     bound versions (Input): the session key (event_source and server_id
+//     from configuration, the session id), the window, the privacy
+//     profile, mode, mode/configuration/policy versions, state, accepted
+//     envelope count, initiator, participants in declared order, one entry
+//     {seq, message_type, sender, message_id, payload_sha256} per accepted
+//     envelope, and the terminal outcome. It never holds timestamps,
+//     intents, reasons, payload bytes, extension values, host names,
+//     runtime versions or rejected envelopes. The strict profile drops the
+//     payload hashes.
+//  2. Payload types cannot hold raw text: their strings are of the named
+//     types ID, Name, Class and Hash, each with a grammar (no whitespace,
+//     at most 128 bytes, or a sha256 address; classes from closed sets);
+//     there are no byte slices, maps or interfaces. Validate enforces it
+//     on every payload before canonicalization; a reflection test proves
+//     the types.
+//  3. The canonical bytes are RFC 8785 (JCS, github.com/gowebpki/jcs);
+//     integers only, below 2^53. state_snapshot_id = "sha256:" +
+//     lowercase hex(SHA-256(canonical bytes)); the same bytes are stored
+//     and served under that content address (report contents_ref).
+//  4. A Report is emitted only after it validated against the vendored
+//     schema (schema/, see its SOURCE.md).
+//  5. Build, Canonical, Seal, Replay and ReplayWhatIf are pure: no clock,
+//     no I/O, no goroutines. Service (service.go) and Writer (writer.go)
+//     are the I/O around them: reading a store, serving HTTP, writing
+//     snapshot files after terminal transitions, off the acceptance path.
+//  6. A cross_session_decay window is informational: it lists subsequent
+//     sessions (same initiator, SessionStart acceptance order) and never
+//     influences admission; replay of a session stays self-contained.
+package snapshot

@@ -1,0 +1,86 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+)
+
+// FromRuntime reads a session's Input from a running runtime with only
+// what a client may read, as the caller's identity (rpc carries its
+// credentials): the accepted envelopes over a passive StreamSession from
+// sequence 0, half-closed so the runtime ends the stream after the
+// durable history, then the metadata (GetSession); if the metadata says
+// the session ended, the envelopes are read again, so a terminal state
+// always comes with its whole history (a session still OPEN in the
+// metadata was OPEN when the envelopes were read). With decay > 0 it also
+// lists the subsequent sessions (ListSessions: the ones the caller may
+// see). The Input equals the one the runtime's own history gives.
+func FromRuntime(ctx context.Context, rpc macpv1.MACPRuntimeServiceClient, sessionID string, decay int) (Input, []string, error) {
+	envs, err := ReadHistory(ctx, rpc, sessionID)
+	if err != nil {
+		return Input{}, nil, err
+	}
+	resp, err := rpc.GetSession(ctx, &macpv1.GetSessionRequest{SessionId: sessionID})
+	if err != nil {
+		return Input{}, nil, err
+	}
+	md := resp.GetMetadata()
+	if md.GetState() != macpv1.SessionState_SESSION_STATE_OPEN {
+		if envs, err = ReadHistory(ctx, rpc, sessionID); err != nil {
+			return Input{}, nil, err
+		}
+	}
+	var sub []string
+	if decay > 0 {
+		all, err := rpc.ListSessions(ctx, &macpv1.ListSessionsRequest{})
+		if err != nil {
+			return Input{}, nil, err
+		}
+		starts := make([]Start, 0, len(all.GetSessions()))
+		for _, m := range all.GetSessions() {
+			starts = append(starts, Start{SessionID: m.GetSessionId(), Initiator: m.GetInitiator(), AcceptedAtMs: m.GetStartedAtUnixMs()})
+		}
+		sub = Subsequent(starts, sessionID, decay)
+	}
+	return InputFromWire(md, envs), sub, nil
+}
+
+// ReadHistory reads a session's accepted envelopes in sequence order over
+// a passive StreamSession subscription from sequence 0 (heartbeats
+// skipped). An in-stream MACPError ends it with that error.
+func ReadHistory(ctx context.Context, rpc macpv1.MACPRuntimeServiceClient, sessionID string) ([]*macpv1.Envelope, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := rpc.StreamSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := stream.Send(&macpv1.StreamSessionRequest{SubscribeSessionId: sessionID}); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	if err := stream.CloseSend(); err != nil {
+		return nil, err
+	}
+	var envs []*macpv1.Envelope
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return envs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if e := resp.GetError(); e != nil {
+			return nil, fmt.Errorf("%s: %s", e.GetCode(), e.GetMessage())
+		}
+		env := resp.GetEnvelope()
+		if env == nil || env.GetSessionId() == "" {
+			continue // heartbeat
+		}
+		envs = append(envs, env)
+	}
+}
