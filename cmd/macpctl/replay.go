@@ -105,7 +105,7 @@ func (c *cli) replay(args []string) error {
 	defer st.Close()
 	ids := pos
 	if *all {
-		if err := st.Sessions(c.ctx, func(id string) error { ids = append(ids, id); return nil }); err != nil {
+		if err := st.List(c.ctx, func(info store.SessionInfo) error { ids = append(ids, info.SessionID); return nil }); err != nil {
 			return err
 		}
 	}

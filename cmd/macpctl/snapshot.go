@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/macpd/macpd/internal/app"
 	"github.com/macpd/macpd/internal/config"
+	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/snapshot"
 	"github.com/macpd/macpd/internal/store"
@@ -52,7 +52,7 @@ func (c *cli) openDataDir(dir string) (store.Store, session.Modes, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w (is macpd still running on it? stop it first)", err)
 	}
-	modes, err := verify.StoredModes(c.ctx, st, app.BuiltinModes())
+	modes, err := verify.StoredModes(c.ctx, st, builtin.Modes())
 	if err != nil {
 		st.Close()
 		return nil, nil, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/snapshot"
+	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/internal/store/pebblestore"
 )
 
@@ -190,9 +191,9 @@ func TestReplayAllLoadGenerator(t *testing.T) {
 		t.Fatal(err)
 	}
 	var victim string
-	_ = st.Sessions(context.Background(), func(id string) error {
+	_ = st.List(context.Background(), func(info store.SessionInfo) error {
 		if victim == "" {
-			victim = id
+			victim = info.SessionID
 		}
 		return nil
 	})

@@ -115,8 +115,8 @@ func (s StoreSource) Records(ctx context.Context, sessionID string) ([]session.R
 // Starts implements Source: the first record of every stored session.
 func (s StoreSource) Starts(ctx context.Context) ([]Start, error) {
 	var ids []string
-	if err := s.Store.Sessions(ctx, func(id string) error {
-		ids = append(ids, id)
+	if err := s.Store.List(ctx, func(info store.SessionInfo) error {
+		ids = append(ids, info.SessionID)
 		return nil
 	}); err != nil {
 		return nil, err
