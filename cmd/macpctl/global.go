@@ -105,6 +105,11 @@ func (c *cli) hint(err error) string {
 		return "the certificate does not name " + addr + ": connect by a name it lists, or pass --tls-server-name NAME"
 	case strings.Contains(msg, "certificate required"), strings.Contains(msg, "bad certificate"):
 		return "the runtime requires a client certificate: pass --tls-cert FILE --tls-key FILE"
+	case !c.conn.insecure && c.conn.tlsCert == "" && (strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection reset") || strings.Contains(msg, "EOF")):
+		// With TLS 1.3 the server refuses a missing client certificate
+		// after the client finished its handshake: the client sees the
+		// connection drop.
+		return "the runtime closed the TLS connection; if it requires a client certificate, pass --tls-cert FILE --tls-key FILE"
 	case strings.Contains(msg, "connection refused"), strings.Contains(msg, "no such host"):
 		return "nothing answers at " + addr + ": start macpd (MACP_ALLOW_INSECURE=1 go run ./cmd/macpd) or pass --addr HOST:PORT (env MACP_ADDR)"
 	case st.Code() == codes.DeadlineExceeded:
