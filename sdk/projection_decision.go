@@ -17,8 +17,6 @@ const (
 // evaluations, objections and each participant's vote per proposal.
 type DecisionProjection struct {
 	SessionView
-	// Phase is Proposal, Evaluation, Voting or Committed.
-	Phase string
 	// Proposals in acceptance order.
 	Proposals   []*DecisionProposal
 	Evaluations []DecisionEvaluation
@@ -46,18 +44,12 @@ type DecisionEvaluation struct {
 type DecisionObjection struct{ ProposalID, Reason, Severity, Sender string }
 
 // NewDecisionProjection returns an empty projection.
-func NewDecisionProjection() *DecisionProjection { return &DecisionProjection{Phase: PhaseProposal} }
+func NewDecisionProjection() *DecisionProjection { return &DecisionProjection{} }
 
 // Apply folds one accepted envelope.
 func (p *DecisionProjection) Apply(env *macpv1.Envelope) error {
-	if p.Phase == "" {
-		p.Phase = PhaseProposal
-	}
 	done, err := p.begin(DecisionMode, env)
 	if err != nil || done {
-		if done && p.Resolved() {
-			p.Phase = PhaseCommitted
-		}
 		return err
 	}
 	switch env.MessageType {
@@ -67,7 +59,6 @@ func (p *DecisionProjection) Apply(env *macpv1.Envelope) error {
 			return err
 		}
 		p.Proposals = append(p.Proposals, &DecisionProposal{ID: m.ProposalId, Option: m.Option, Rationale: m.Rationale, Sender: env.Sender})
-		p.Phase = PhaseEvaluation
 	case TypeEvaluation:
 		var m decisionv1.EvaluationPayload
 		if err := decode(env, &m); err != nil {
@@ -91,12 +82,35 @@ func (p *DecisionProjection) Apply(env *macpv1.Envelope) error {
 		if pr := p.Proposal(m.ProposalId); pr != nil {
 			pr.Votes = append(pr.Votes, DecisionVote{Sender: env.Sender, Vote: m.Vote, Reason: m.Reason})
 		}
-		p.Phase = PhaseVoting
 	default:
 		return unknownType(env)
 	}
 	p.Messages++
 	return nil
+}
+
+// Phase is Proposal (none yet), Evaluation (after the first proposal),
+// Voting (after the first vote; proposals, evaluations and objections are
+// closed) or Committed.
+func (p *DecisionProjection) Phase() string {
+	switch {
+	case p.Resolved():
+		return PhaseCommitted
+	case p.voted():
+		return PhaseVoting
+	case len(p.Proposals) > 0:
+		return PhaseEvaluation
+	}
+	return PhaseProposal
+}
+
+func (p *DecisionProjection) voted() bool {
+	for _, pr := range p.Proposals {
+		if len(pr.Votes) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Proposal returns the proposal with id, nil if none.

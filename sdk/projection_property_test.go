@@ -344,7 +344,7 @@ func modeCases() []modeCase {
 					}
 				}
 				return map[string]any{
-					"phase": p.Phase, "proposals": proposals, "votes": votes,
+					"phase": p.Phase(), "proposals": proposals, "votes": votes,
 					"evaluations": anyList(p.Evaluations, func(e sdk.DecisionEvaluation) any {
 						return map[string]any{"proposal_id": e.ProposalID, "recommendation": e.Recommendation, "confidence": e.Confidence, "reason": e.Reason, "sender": e.Sender}
 					}),
