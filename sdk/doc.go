@@ -185,8 +185,11 @@
 //
 // Transport failures (gRPC Unavailable) are retried by [WithRetry] and by
 // subscriptions. Among MACP codes, [Code.Retryable] is true only for
-// RATE_LIMITED (retry after a backoff) and INTERNAL_ERROR (repeat Send
-// with the same message_id: a duplicate is answered ok). Every other code
-// is final for the request. [Codes] lists the registry; a test keeps it
-// equal to the runtime's.
+// RATE_LIMITED (retry after a backoff) and INTERNAL_ERROR (resend the
+// identical envelope, message_id included, with [Client.Send]: if the first
+// attempt was accepted after all, the retry is answered ok with
+// duplicate=true; the helper methods make a new message_id per call, so
+// calling one twice sends two messages). Every other code is final for the
+// request. [Codes] lists the registry; a test keeps it equal to the
+// runtime's.
 package sdk

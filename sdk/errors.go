@@ -64,9 +64,10 @@ func (c Code) Known() bool { return knownCodes[c] }
 //
 //   - RATE_LIMITED: a rate or resource limit; retry after a backoff.
 //   - INTERNAL_ERROR: a transient runtime failure (for Send, the durable
-//     write did not complete). Repeating a Send with the same message_id
-//     is safe: if the first attempt was in fact accepted, the retry is
-//     answered ok with duplicate=true.
+//     write did not complete). Resending the identical envelope (same
+//     message_id) is safe: if the first attempt was in fact accepted, the
+//     retry is answered ok with duplicate=true. Helper methods make a new
+//     message_id per call, so repeating a helper call sends a new message.
 //
 // Every other code is final for that request: the caller must change
 // something (credentials, payload, session, policy) first. Transport
