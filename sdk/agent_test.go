@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -95,7 +96,7 @@ func TestAgentDispatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"SessionStart:coord", "request:r", "Approve:v1"} // v2's Abstain is the agent's own
-	if !equalStrings(got, want) {
+	if !slices.Equal(got, want) {
 		t.Fatalf("dispatched %v, want %v", got, want)
 	}
 	if len(ft.sent) != 1 || ft.sent[0].MessageType != sdk.TypeAbstain || ft.sent[0].SessionId != "s1" || ft.sent[0].Mode != sdk.QuorumMode {
@@ -104,18 +105,6 @@ func TestAgentDispatch(t *testing.T) {
 	if a.Last() != 4 || len(proj.Ballots) != 2 || proj.BallotOf("v2") != sdk.TypeAbstain {
 		t.Fatalf("last %d, projection %+v", a.Last(), proj.Ballots)
 	}
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // A handler error stops Run with a HandlerError that unwraps to it; an
