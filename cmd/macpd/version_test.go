@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	goruntime "runtime"
 	"strings"
 	"testing"
 )
@@ -73,7 +74,7 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("git rev-parse HEAD: %v", err)
 	}
 	bin := filepath.Join(t.TempDir(), "macpd")
-	if out, err := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".").CombinedOutput(); err != nil {
+	if out, err := exec.Command(filepath.Join(goruntime.GOROOT(), "bin", "go"), "build", "-buildvcs=true", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	got, err := exec.Command(bin, "--version").Output()
