@@ -33,5 +33,9 @@ build: ## Build bin/macpd and bin/macpctl
 	go build -o bin/ ./cmd/...
 
 .PHONY: run
-run: ## Run macpd for local development (plaintext, dev identities; durable store in .macp-data)
+run: ## Run macpd for local development: plaintext, dev identities, history durable in ./.macp-data (MACP_MEMORY_ONLY=1: in memory)
 	MACP_ALLOW_INSECURE=1 go run ./cmd/macpd
+
+.PHONY: examples
+examples: ## Run every program in examples/ against a running macpd (MACP_ADDR, default 127.0.0.1:50051)
+	@set -e; for d in examples/*/; do echo "--- $$d"; go run ./$$d; done

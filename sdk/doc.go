@@ -69,11 +69,127 @@
 // application sees one gap-free stream that ends when the session does
 // (docs/resume.md).
 //
-// # Decision Mode
+// # Sessions, one helper per mode
 //
-// [DecisionSession] wraps one macp.mode.decision.v1 session (RFC-MACP-0007):
-// Start, Propose, Evaluate, Object, Vote, Commit, Cancel and Metadata. Each
-// participant makes its own DecisionSession for the same id with
-// [Client.Decision]. Commit fills the commitment's id and version binding
+// Each standard mode has a session helper with the same shape, made by a
+// Client method with the session id ("" for a new one): [Client.Decision]
+// (RFC-MACP-0007), [Client.Proposal] (0008), [Client.Task] (0009),
+// [Client.Handoff] (0010), [Client.Quorum] (0011) and
+// [Client.MultiRound] (ext.multi_round.v1). Each embeds [Session], which
+// has Start, Commit, CommitOutcome, Cancel, Metadata and Subscribe, and adds
+// one method per message type of its mode (Propose, Vote, RequestApproval,
+// Approve, Offer, Accept, ...). The initiator calls Start; every other
+// participant makes its own helper for the same id with its own Client and
+// never calls Start. Commit fills the commitment's id and version binding
 // (mode_version, configuration_version, policy_version) from the session.
+// [Client.Session] serves extension modes.
+//
+// # Projections
+//
+// A projection folds a session's accepted envelopes into its current
+// state: [DecisionProjection], [ProposalProjection], [TaskProjection],
+// [HandoffProjection], [QuorumProjection], [MultiRoundProjection]. Feed one
+// the events of a subscription from sequence 0, or a stored history. Each
+// has Eligible(), which says which Commitment outcomes the mode's base
+// rules allow now; a test checks projections against the runtime's own
+// mode logic on 10,000 random histories per mode. Projections do not
+// re-validate their input, and a session bound to a policy other than
+// policy.default may be stricter than Eligible; the runtime's Ack decides.
+//
+// # Agents
+//
+// An [Agent] is a participant that follows one session and reacts to it:
+// it subscribes (resuming by itself after connection failures), keeps an
+// optional projection current, and calls the [Handler] registered for each
+// accepted envelope's message type, in history order. A handler replies
+// with [Message.Reply] or any session helper. Run returns when the session
+// ends, on [Agent.Stop] (graceful: the handler in progress finishes), or on
+// a handler error. Agents reach the runtime through the [Transport]
+// interface (Send and Follow); [*Client] implements it over gRPC, and any
+// other binding that implements the two methods with the same resume
+// guarantee runs the same agents.
+//
+// # Writing a Quorum agent
+//
+// A release manager asks three reviewers to approve a deployment, two
+// approvals required (RFC-MACP-0011). With macpd running locally
+// (MACP_ALLOW_INSECURE=1 go run ./cmd/macpd), the bearer token is the
+// agent id.
+//
+// The release manager starts the session and requests approval; the
+// participants are the voters:
+//
+//	rm, _ := sdk.Dial(ctx, "127.0.0.1:50051", sdk.WithInsecure(), sdk.WithBearer("release-manager"))
+//	q := rm.Quorum("")
+//	q.Start(ctx, "deploy v2.4", []string{"ana", "ben", "cai"}, 5*time.Minute)
+//
+// Each reviewer, in its own process, is an agent that answers the request.
+// WithSelf keeps an agent from reacting to its own messages:
+//
+//	c, _ := sdk.Dial(ctx, addr, sdk.WithInsecure(), sdk.WithBearer("ana"))
+//	a := sdk.NewAgent(c, sessionID, sdk.WithSelf("ana"))
+//	a.Handle(sdk.TypeApprovalRequest, func(ctx context.Context, m *sdk.Message) error {
+//		var req quorumv1.ApprovalRequestPayload
+//		if err := m.Decode(&req); err != nil {
+//			return err
+//		}
+//		_, err := m.Reply(ctx, sdk.TypeApprove, &quorumv1.ApprovePayload{RequestId: req.RequestId, Reason: "tests pass"})
+//		if sdk.CodeOf(err) == sdk.CodeSessionNotOpen {
+//			return nil // the quorum was reached without this ballot
+//		}
+//		return err
+//	})
+//	err := a.Run(ctx) // nil once the session resolved
+//
+// The release manager's own agent keeps a [QuorumProjection] and commits
+// as soon as the outcome is decided; ballots accepted before its
+// Commitment may still be delivered after it was sent, hence the flag:
+//
+//	proj := sdk.NewQuorumProjection()
+//	ra := sdk.NewAgent(rm, q.ID, sdk.WithProjection(proj))
+//	done := false
+//	decide := func(ctx context.Context, m *sdk.Message) error {
+//		approve, reject := proj.Eligible()
+//		switch {
+//		case done:
+//		case approve:
+//			done = true
+//			_, err := q.CommitOutcome(ctx, "quorum.approved", true, "two approvals")
+//			return err
+//		case reject:
+//			done = true
+//			_, err := q.CommitOutcome(ctx, "quorum.rejected", false, "cannot reach two")
+//			return err
+//		}
+//		return nil
+//	}
+//	ra.Handle(sdk.TypeApprove, decide).Handle(sdk.TypeReject, decide).Handle(sdk.TypeAbstain, decide)
+//	go ra.Run(ctx)
+//	q.RequestApproval(ctx, "deploy-v2.4", "deploy v2.4 to production", "", 2)
+//
+// Every call returns an Ack or an [*Error] with the MACP code: a second
+// ballot from the same reviewer is INVALID_ENVELOPE, a ballot from a
+// non-participant FORBIDDEN, a Commitment before the threshold
+// INVALID_ENVELOPE. The complete program, which checks its outcome, is
+// examples/quorum in the macpd repository (go run ./examples/quorum).
+//
+// # Policies
+//
+// [NewPolicy] builds a policy descriptor (RFC-MACP-0012) and
+// [Client.RegisterPolicy], [Client.GetPolicy], [Client.ListPolicies],
+// [Client.UnregisterPolicy] and [Client.WatchPolicies] manage the
+// registry. A session binds a registered policy with its helper's
+// PolicyVersion field before Start.
+//
+// # Retry classification
+//
+// Transport failures (gRPC Unavailable) are retried by [WithRetry] and by
+// subscriptions. Among MACP codes, [Code.Retryable] is true only for
+// RATE_LIMITED (retry after a backoff) and INTERNAL_ERROR (resend the
+// identical envelope, message_id included, with [Client.Send]: if the first
+// attempt was accepted after all, the retry is answered ok with
+// duplicate=true; the helper methods make a new message_id per call, so
+// calling one twice sends two messages). Every other code is final for the
+// request. [Codes] lists the registry; a test keeps it equal to the
+// runtime's.
 package sdk

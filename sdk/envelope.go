@@ -16,6 +16,8 @@ const (
 	TypeCommitment   = "Commitment"
 	TypeSignal       = "Signal"
 	TypeProgress     = "Progress"
+	// TypeSessionCancel is the runtime-emitted record of a CancelSession.
+	TypeSessionCancel = "SessionCancel"
 )
 
 // NewSessionID returns a new session id: a lowercase UUID v4, which is

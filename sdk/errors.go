@@ -35,14 +35,72 @@ const (
 	CodeUnauthorized Code = "UNAUTHORIZED"
 )
 
-var knownCodes = map[Code]bool{
-	CodeUnauthenticated: true, CodeForbidden: true, CodeSessionNotFound: true,
-	CodeSessionNotOpen: true, CodeDuplicateMessage: true, CodeSessionAlreadyExists: true,
-	CodeInvalidEnvelope: true, CodeUnsupportedProtocolVersion: true, CodeModeNotSupported: true,
-	CodePayloadTooLarge: true, CodeRateLimited: true, CodeInvalidSessionID: true,
-	CodeInternalError: true, CodeUnknownPolicyVersion: true, CodePolicyDenied: true,
-	CodeInvalidPolicyDefinition: true, CodeUnauthorized: true,
+// registryCodes lists the registry's codes in registry order.
+var registryCodes = []Code{
+	CodeUnauthenticated, CodeForbidden, CodeSessionNotFound, CodeSessionNotOpen,
+	CodeDuplicateMessage, CodeSessionAlreadyExists, CodeInvalidEnvelope,
+	CodeUnsupportedProtocolVersion, CodeModeNotSupported, CodePayloadTooLarge,
+	CodeRateLimited, CodeInvalidSessionID, CodeInternalError, CodeUnknownPolicyVersion,
+	CodePolicyDenied, CodeInvalidPolicyDefinition, CodeUnauthorized,
 }
+
+var knownCodes = func() map[Code]bool {
+	m := make(map[Code]bool, len(registryCodes))
+	for _, c := range registryCodes {
+		m[c] = true
+	}
+	return m
+}()
+
+// Codes returns every code of the error registry (a new slice each call).
+// A test keeps it equal to the runtime's own list.
+func Codes() []Code { return append([]Code(nil), registryCodes...) }
+
+// Known reports whether c is a registry code.
+func (c Code) Known() bool { return knownCodes[c] }
+
+// Retryable reports whether a request refused with this code may succeed
+// when repeated unchanged later:
+//
+//   - RATE_LIMITED: a rate or resource limit; retry after a backoff.
+//   - INTERNAL_ERROR: a transient runtime failure (for Send, the durable
+//     write did not complete). Resending the identical envelope (same
+//     message_id) is safe: if the first attempt was in fact accepted, the
+//     retry is answered ok with duplicate=true. Helper methods make a new
+//     message_id per call, so repeating a helper call sends a new message.
+//
+// Every other code is final for that request: the caller must change
+// something (credentials, payload, session, policy) first. Transport
+// failures without a MACP code (gRPC Unavailable) are retried by
+// [WithRetry] and by subscriptions; they are not Codes.
+func (c Code) Retryable() bool { return c == CodeRateLimited || c == CodeInternalError }
+
+// HTTPStatus is the registry's HTTP status for the code (401, 403, 404,
+// 409, 400, 413, 429; 500 for INTERNAL_ERROR and unknown codes).
+func (c Code) HTTPStatus() int {
+	switch c {
+	case CodeUnauthenticated:
+		return 401
+	case CodeForbidden, CodeUnauthorized, CodePolicyDenied:
+		return 403
+	case CodeSessionNotFound, CodeUnknownPolicyVersion:
+		return 404
+	case CodeSessionNotOpen, CodeDuplicateMessage, CodeSessionAlreadyExists:
+		return 409
+	case CodeInvalidEnvelope, CodeUnsupportedProtocolVersion, CodeModeNotSupported,
+		CodeInvalidSessionID, CodeInvalidPolicyDefinition:
+		return 400
+	case CodePayloadTooLarge:
+		return 413
+	case CodeRateLimited:
+		return 429
+	}
+	return 500
+}
+
+// Retryable reports whether err is worth repeating unchanged: an [*Error]
+// whose code is [Code.Retryable].
+func Retryable(err error) bool { return CodeOf(err).Retryable() }
 
 // Error is a MACP error reported by the runtime: a rejected envelope
 // (ack.error) or a failed RPC whose gRPC status names a MACP code.

@@ -47,7 +47,7 @@ var commands []command
 func init() {
 	commands = append([]command{
 		{"init", "", "negotiate the protocol version (Initialize) and print the runtime's answer", (*cli).initialize},
-		{"start", "[flags]", "start a session (SessionStart); prints the session id, then the ack", (*cli).start},
+		{"start", "[flags]", "start a session (SessionStart); prints the session id, then the ack (a refusal prints nothing on stdout)", (*cli).start},
 		{"send", "--session ID --type TYPE [--payload-json JSON | --payload-b64 B64] [flags]", "send one envelope and print its ack", (*cli).send},
 		{"get", "SESSION_ID", "print a session's metadata", (*cli).get},
 		{"list", "", "list the sessions the caller may see", (*cli).list},
@@ -73,6 +73,7 @@ type cli struct {
 // connFlags are the flags every subcommand takes.
 type connFlags struct {
 	addr, agent, token, tlsCA string
+	tlsCert, tlsKey, tlsName  string
 	insecure                  bool
 	timeout                   time.Duration
 }
@@ -80,11 +81,20 @@ type connFlags struct {
 // run executes macpctl with args (without the program name) and returns
 // the exit status. env looks up environment variables.
 func run(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
+	pre, name, rest, err := splitGlobal(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "macpctl: %v\n", err)
+		return exitUsage
+	}
+	if name == "" {
 		printUsage(stderr)
 		return exitUsage
 	}
-	name, rest := args[0], args[1:]
+	if isVersionArg(name) {
+		printVersion(stdout)
+		return exitOK
+	}
+	rest = append(pre, rest...) // connection flags may precede the command
 	switch name {
 	case "help", "-h", "-help", "--help":
 		if len(rest) > 0 && name == "help" {
@@ -108,7 +118,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		c.fs.PrintDefaults()
 	}
 	c.registerConnFlags()
-	err := cmd.run(c, rest)
+	err = cmd.run(c, rest)
 	var ue usageError
 	var se *sdk.Error
 	switch {
@@ -122,15 +132,17 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		return exitUsage
 	case errors.As(err, &se):
 		fmt.Fprintf(stderr, "error: %s: %s\n", se.Code, se.Message)
-		return exitRejected
 	default:
 		if st, ok := status.FromError(err); ok {
 			fmt.Fprintf(stderr, "error: %s: %s\n", grpcCodeName(st.Code().String()), st.Message())
 		} else {
 			fmt.Fprintf(stderr, "error: %v\n", err)
 		}
-		return exitRejected
 	}
+	if h := c.hint(err); h != "" {
+		fmt.Fprintf(stderr, "hint: %s\n", h)
+	}
+	return exitRejected
 }
 
 // grpcCodeName turns a gRPC code's Go name ("DeadlineExceeded") into its
@@ -149,7 +161,8 @@ func grpcCodeName(s string) string {
 func printUsage(w io.Writer) {
 	fmt.Fprint(w, `macpctl is a command-line client for MACP runtimes such as macpd.
 
-usage: macpctl COMMAND [flags] [args]
+usage: macpctl [connection flags] COMMAND [flags] [args]
+       macpctl --version
 
 commands:
 `)
@@ -158,12 +171,16 @@ commands:
 	}
 	fmt.Fprint(w, `  help      this list; "macpctl help COMMAND" shows a command's flags
 
-Every command takes the connection flags:
+Every command takes the connection flags, before or after its name:
   --addr HOST:PORT   runtime address (default 127.0.0.1:50051, env MACP_ADDR)
   --agent ID         dev bearer identity (env MACP_AGENT)
   --token TOKEN      bearer token (env MACP_TOKEN)
   --insecure         plaintext connection (implied by env MACP_ALLOW_INSECURE=1)
   --tls-ca FILE      trust this CA instead of the system roots
+  --tls-cert FILE, --tls-key FILE
+                     client certificate and key (mTLS identities)
+  --tls-server-name NAME
+                     expect this name in the runtime's certificate
   --timeout D        per-call timeout (default 10s)
 
 Output is canonical JSON (proto field names, every field present), one object
@@ -192,6 +209,9 @@ func (c *cli) registerConnFlags() {
 	c.fs.BoolVar(&c.conn.insecure, "insecure", truthy(c.env("MACP_ALLOW_INSECURE")), "plaintext connection (env MACP_ALLOW_INSECURE=1)")
 	c.fs.StringVar(&c.conn.tlsCA, "tls-ca", "", "PEM file of the CA to trust instead of the system roots")
 	c.fs.DurationVar(&c.conn.timeout, "timeout", 10*time.Second, "per-call timeout")
+	c.fs.StringVar(&c.conn.tlsCert, "tls-cert", "", "PEM client certificate (mTLS identity); needs --tls-key")
+	c.fs.StringVar(&c.conn.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	c.fs.StringVar(&c.conn.tlsName, "tls-server-name", "", "name to verify in the runtime's certificate (default: the host of --addr)")
 }
 
 // parse parses flags and returns the positional arguments; flags may come
@@ -248,20 +268,31 @@ func (c *cli) dial() (*sdk.Client, error) {
 		opts = append(opts, sdk.WithBearer(bearer))
 	}
 	insecure := f.insecure
-	if f.tlsCA != "" {
+	cert, err := c.clientCertificate()
+	if err != nil {
+		return nil, err
+	}
+	if f.tlsCA != "" || cert != nil || f.tlsName != "" {
 		if c.set("insecure") && f.insecure {
-			return nil, usagef("--insecure and --tls-ca contradict each other")
+			return nil, usagef("--insecure contradicts the TLS flags (--tls-ca, --tls-cert, --tls-server-name)")
 		}
 		insecure = false
-		pem, err := os.ReadFile(f.tlsCA)
-		if err != nil {
-			return nil, usagef("--tls-ca: %v", err)
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.tlsName}
+		if f.tlsCA != "" {
+			pem, err := os.ReadFile(f.tlsCA)
+			if err != nil {
+				return nil, usagef("--tls-ca: %v", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, usagef("--tls-ca: %s holds no PEM certificate", f.tlsCA)
+			}
+			cfg.RootCAs = pool
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, usagef("--tls-ca: %s holds no PEM certificate", f.tlsCA)
+		if cert != nil {
+			cfg.Certificates = []tls.Certificate{*cert}
 		}
-		opts = append(opts, sdk.WithTLSConfig(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
+		opts = append(opts, sdk.WithTLSConfig(cfg))
 	}
 	if insecure {
 		opts = append(opts, sdk.WithInsecure())
@@ -365,10 +396,18 @@ func (c *cli) start(args []string) error {
 			return err
 		}
 		ack, err := cl.Send(ctx, env)
-		if ack != nil {
-			fmt.Fprintln(c.stdout, *sid)
+		if err != nil {
+			// Refused: no session id on stdout (scripts capture the first
+			// line); the rejected ack goes to stderr.
+			if ack != nil {
+				if b, perr := canonical(ack); perr == nil {
+					fmt.Fprintf(c.stderr, "%s\n", b)
+				}
+			}
+			return err
 		}
-		return c.printAck(ack, err)
+		fmt.Fprintln(c.stdout, *sid)
+		return c.printAck(ack, nil)
 	})
 }
 

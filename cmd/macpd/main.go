@@ -15,7 +15,11 @@ import (
 	"github.com/macpd/macpd/internal/app"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/gctune"
+	"github.com/macpd/macpd/internal/version"
 )
+
+// stdout receives --version (a variable for tests).
+var stdout io.Writer = os.Stdout
 
 func main() {
 	if err := run(os.Args[1:], os.Stderr); err != nil {
@@ -32,12 +36,18 @@ func run(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("macpd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	check := fs.Bool("check-config", false, "validate the configuration and exit")
+	showVersion := fs.Bool("version", false, "print the version (module version and VCS revision) and exit")
 	cfg.RegisterFlags(fs)
+	fs.Usage = func() { usage(fs) }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, version.Line("macpd"))
+		return nil
 	}
 	if fs.NArg() > 0 {
 		// Most likely "--insecure false": boolean flags take no separate
@@ -76,4 +86,28 @@ func run(args []string, stderr io.Writer) error {
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
 	defer cancel()
 	return a.Shutdown(sctx)
+}
+
+// envOnly are the settings without a flag: inline secrets, which would
+// show in the process list as flags.
+var envOnly = [][2]string{
+	{"MACP_AUTH_TOKENS_JSON", "static bearer tokens as inline JSON (the file form is --auth-tokens-file)"},
+	{"MACP_AUTH_JWKS_JSON", "JWT verification keys as an inline JWKS document (the URL form is --auth-jwks-url)"},
+}
+
+func usage(fs *flag.FlagSet) {
+	w := fs.Output()
+	fmt.Fprint(w, `usage: macpd [flags]
+
+macpd is the MACP runtime. Every setting is a MACP_* environment variable
+(named after each flag below) overridden by its flag.
+
+flags:
+`)
+	fs.PrintDefaults()
+	fmt.Fprintln(w, "\nsettings only in the environment:")
+	for _, e := range envOnly {
+		fmt.Fprintf(w, "  %s\n    \t%s\n", e[0], e[1])
+	}
+	fmt.Fprintln(w, "\nGOGC and GOMEMLIMIT, when set, override --gc-percent and --memory-limit.")
 }

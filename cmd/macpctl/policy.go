@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/sdk"
+)
+
+func init() {
+	commands = append(commands, command{
+		name: "policy",
+		args: "register|list|get|unregister|watch [flags] [POLICY_ID]",
+		summary: "manage the policy registry (RFC-MACP-0012): register --id ID --mode MODE --rules JSON|--rules-file FILE, " +
+			"list [--mode MODE], get ID, unregister ID, watch [--count N]",
+		run: (*cli).policy,
+	})
+}
+
+// policy runs the policy registry subcommands. Registration and removal
+// need an identity with can_manage_mode_registry (every dev identity has
+// it).
+func (c *cli) policy(args []string) error {
+	id := c.fs.String("id", "", "register: the policy id (e.g. policy.team.majority)")
+	mode := c.fs.String("mode", "", `register: the target mode id, or "*" for every mode (default "*"); list: keep this mode's policies and the mode-agnostic ones`)
+	description := c.fs.String("description", "", "register: a human-readable description")
+	rules := c.fs.String("rules", "", "register: the rules as JSON text (default {})")
+	rulesFile := c.fs.String("rules-file", "", "register: a file holding the rules JSON")
+	count := c.fs.Int("count", 0, "watch: stop after N lists (0: until interrupted)")
+	pos, err := c.parse(args, -1)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		return usagef("policy needs a subcommand: register, list, get, unregister or watch")
+	}
+	sub, pos := pos[0], pos[1:]
+	only := func(allowed ...string) error {
+		ok := map[string]bool{}
+		for _, a := range allowed {
+			ok[a] = true
+		}
+		for _, f := range []string{"id", "mode", "description", "rules", "rules-file", "count"} {
+			if c.set(f) && !ok[f] {
+				return usagef("policy %s does not take --%s", sub, f)
+			}
+		}
+		return nil
+	}
+	oneID := func() (string, error) {
+		if len(pos) != 1 {
+			return "", usagef("policy %s needs one POLICY_ID", sub)
+		}
+		return pos[0], nil
+	}
+	switch sub {
+	case "register":
+		if err := only("id", "mode", "description", "rules", "rules-file"); err != nil {
+			return err
+		}
+		if len(pos) > 0 {
+			return usagef("policy register takes flags only (--id, --mode, --rules ...)")
+		}
+		if *id == "" {
+			return usagef("policy register needs --id")
+		}
+		text := *rules
+		switch {
+		case *rules != "" && *rulesFile != "":
+			return usagef("--rules and --rules-file are exclusive")
+		case *rulesFile != "":
+			b, err := os.ReadFile(*rulesFile)
+			if err != nil {
+				return usagef("--rules-file: %v", err)
+			}
+			text = string(b)
+		case text == "":
+			text = "{}"
+		}
+		if !json.Valid([]byte(text)) {
+			return usagef("the rules are not valid JSON")
+		}
+		m := *mode
+		if m == "" {
+			m = "*"
+		}
+		d, err := sdk.NewPolicy(*id, m, *description, json.RawMessage(text))
+		if err != nil {
+			return err
+		}
+		return c.call(func(ctx context.Context, cl *sdk.Client) error {
+			if err := cl.RegisterPolicy(ctx, d); err != nil {
+				return err
+			}
+			got, err := cl.GetPolicy(ctx, *id)
+			if err != nil {
+				return err
+			}
+			return c.print(got)
+		})
+	case "list":
+		if err := only("mode"); err != nil {
+			return err
+		}
+		if len(pos) > 0 {
+			return usagef("policy list takes no arguments")
+		}
+		return c.call(func(ctx context.Context, cl *sdk.Client) error {
+			ds, err := cl.ListPolicies(ctx, *mode)
+			if err != nil {
+				return err
+			}
+			return c.print(&macpv1.ListPoliciesResponse{Descriptors: ds})
+		})
+	case "get", "unregister":
+		if err := only(); err != nil {
+			return err
+		}
+		pid, err := oneID()
+		if err != nil {
+			return err
+		}
+		return c.call(func(ctx context.Context, cl *sdk.Client) error {
+			if sub == "get" {
+				d, err := cl.GetPolicy(ctx, pid)
+				if err != nil {
+					return err
+				}
+				return c.print(d)
+			}
+			if err := cl.UnregisterPolicy(ctx, pid); err != nil {
+				return err
+			}
+			return c.print(&macpv1.UnregisterPolicyResponse{Ok: true})
+		})
+	case "watch":
+		if err := only("count"); err != nil {
+			return err
+		}
+		if len(pos) > 0 || *count < 0 {
+			return usagef("policy watch takes no arguments and a --count >= 0")
+		}
+		cl, err := c.dial()
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		n := 0
+		for ds, err := range cl.WatchPolicies(c.ctx) {
+			if err != nil {
+				return err
+			}
+			if err := c.print(&macpv1.WatchPoliciesResponse{Descriptors: ds}); err != nil {
+				return err
+			}
+			if n++; *count > 0 && n >= *count {
+				return nil
+			}
+		}
+		return nil // interrupted
+	}
+	return usagef("unknown policy subcommand %q: register, list, get, unregister or watch", sub)
+}

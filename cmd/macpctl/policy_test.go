@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// macpctl policy register|list|get|unregister|watch against a real
+// runtime (RFC-MACP-0012 §7).
+func TestPolicyCommands(t *testing.T) {
+	a := startApp(t)
+	r := runner{t, map[string]string{"MACP_ALLOW_INSECURE": "1", "MACP_ADDR": a.Addr(), "MACP_AGENT": "admin"}}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	watched := make(chan result, 1)
+	go func() { watched <- r.runCtx(ctx, "policy", "watch", "--count", "2") }()
+
+	res := r.ok("policy", "register", "--id", "policy.test.majority", "--mode", "macp.mode.decision.v1",
+		"--description", "majority vote", "--rules", `{"voting":{"algorithm":"majority"}}`)
+	d := obj(t, res.out)
+	wantField(t, d, "policy.test.majority", "policy_id")
+	wantField(t, d, "macp.mode.decision.v1", "mode")
+	if !strings.Contains(d["rules"].(string), "majority") {
+		t.Fatalf("rules: %v", d)
+	}
+	res = r.ok("policy", "get", "policy.test.majority")
+	wantField(t, obj(t, res.out), "majority vote", "description")
+
+	res = r.ok("policy", "list", "--mode", "macp.mode.task.v1")
+	if strings.Contains(res.out, "policy.test.majority") || !strings.Contains(res.out, "policy.default") {
+		t.Fatalf("list --mode task: %s", res.out)
+	}
+	res = r.ok("policy", "list")
+	if !strings.Contains(res.out, "policy.test.majority") {
+		t.Fatalf("list: %s", res.out)
+	}
+
+	// Bad rules are refused with the MACP code; the registry is unchanged.
+	res = r.run("policy", "register", "--id", "policy.test.bad", "--mode", "macp.mode.decision.v1", "--rules", `{"voting":{"algorithm":"coin-flip"}}`)
+	if res.code != exitRejected || !strings.Contains(res.errOut, "error: INVALID_POLICY_DEFINITION") {
+		t.Fatalf("bad rules: %+v", res)
+	}
+	res = r.run("policy", "get", "policy.test.bad")
+	if res.code != exitRejected || !strings.Contains(res.errOut, "UNKNOWN_POLICY_VERSION") {
+		t.Fatalf("get bad: %+v", res)
+	}
+
+	w := <-watched // the initial list, then the registration
+	lines := w.lines()
+	if w.code != 0 || len(lines) != 2 || strings.Contains(lines[0], "policy.test.majority") || !strings.Contains(lines[1], "policy.test.majority") {
+		t.Fatalf("watch: %+v", w)
+	}
+
+	res = r.ok("policy", "unregister", "policy.test.majority")
+	wantField(t, obj(t, res.out), true, "ok")
+	res = r.run("policy", "unregister", "policy.test.majority")
+	if res.code != exitRejected || !strings.Contains(res.errOut, "error: ") {
+		t.Fatalf("unregister twice: %+v", res)
+	}
+
+	for _, args := range [][]string{
+		{"policy"}, {"policy", "frobnicate"}, {"policy", "register"}, {"policy", "get"},
+		{"policy", "get", "a", "b"}, {"policy", "list", "--id", "x"}, {"policy", "register", "--id", "x", "--rules", "{"},
+	} {
+		if res := r.run(args...); res.code != exitUsage {
+			t.Errorf("macpctl %s: exit %d, want %d (%s)", strings.Join(args, " "), res.code, exitUsage, res.errOut)
+		}
+	}
+}
