@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +18,8 @@ import (
 	"github.com/macpd/macpd/internal/app"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/session"
+	"github.com/macpd/macpd/internal/wire"
+	"github.com/macpd/macpd/sdk"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -31,6 +34,9 @@ type env struct {
 	a    *app.App
 	base string // http://127.0.0.1:port
 	c    macpv1.MACPRuntimeServiceClient
+
+	mu      sync.Mutex
+	clients map[string]*sdk.Client
 }
 
 func testConfig() config.Config {
@@ -164,9 +170,18 @@ func macpError(t testing.TB, b []byte) *macpv1.MACPError {
 // storedEnvelopes reads the session's stored history (the bytes every
 // transport must reproduce), envelopes only, keyed by sequence number.
 func (e *env) stored(t testing.TB, sid string) map[uint64][]byte {
+	return e.storedRange(t, sid, 1, 0)
+}
+
+// storedRange is stored from sequence number from, at most n records (0 = all).
+func (e *env) storedRange(t testing.TB, sid string, from uint64, n int) map[uint64][]byte {
 	t.Helper()
 	out := map[uint64][]byte{}
-	err := e.a.Runtime().Store().Read(context.Background(), sid, 1, func(rec session.Record) error {
+	errEnough := fmt.Errorf("enough")
+	err := e.a.Runtime().Store().Read(context.Background(), sid, from, func(rec session.Record) error {
+		if n > 0 && rec.Seq >= from+uint64(n) {
+			return errEnough
+		}
 		if rec.Envelope != nil {
 			b, err := proto.MarshalOptions{Deterministic: true}.Marshal(rec.Envelope)
 			if err != nil {
@@ -176,7 +191,7 @@ func (e *env) stored(t testing.TB, sid string) map[uint64][]byte {
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil && err != errEnough {
 		t.Fatal(err)
 	}
 	return out
@@ -201,3 +216,20 @@ func decodeEnvelopeJSON(t testing.TB, b []byte) *macpv1.Envelope {
 }
 
 var _ = strings.TrimSpace
+
+// decodeCanonical reads a canonical-form envelope (the polling feed's
+// items) with the server's own decoder, minus the feed's extra fields.
+func decodeCanonical(js []byte) (*macpv1.Envelope, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(js, &m); err != nil {
+		return nil, err
+	}
+	delete(m, "seq")
+	delete(m, "proposal_id")
+	b, _ := json.Marshal(m)
+	env, cerr := wire.DecodeEnvelope(b)
+	if cerr != nil {
+		return nil, cerr
+	}
+	return env, nil
+}

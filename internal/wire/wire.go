@@ -181,6 +181,9 @@ func DecodeEnvelope(b []byte) (*macpv1.Envelope, *coord.Error) {
 			return nil, invalid(`"payload" must be a base64 string or a JSON object`)
 		}
 	}
+	if p, ok := fields["payload_b64"]; ok && bytes.Equal(bytes.TrimSpace(p), []byte("null")) {
+		delete(fields, "payload_b64")
+	}
 	if p, ok := fields["payload_b64"]; ok {
 		delete(fields, "payload_b64")
 		if _, both := fields["payload"]; both || payloadObj != nil {
