@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
 )
 
 // One cursor everywhere (RFC-MACP-0006 §3.2 subscribe, §4-5; docs/resume.md):

@@ -94,7 +94,11 @@ type sseFeed struct {
 func (e *env) openSSE(t testing.TB, agent, sid string, after uint64, hdr http.Header) *sseFeed {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/macp/session/%s/events?after_sequence=%d", e.base, sid, after), nil)
+	u := fmt.Sprintf("%s/macp/session/%s/events?after_sequence=%d", e.base, sid, after)
+	if _, ok := hdr["Last-Event-Id"]; ok {
+		u = fmt.Sprintf("%s/macp/session/%s/events", e.base, sid)
+	}
+	req, _ := http.NewRequestWithContext(ctx, "GET", u, nil)
 	req.Header.Set("Authorization", "Bearer "+agent)
 	for k, v := range hdr {
 		req.Header[k] = v
