@@ -36,7 +36,7 @@ func newHTTP(cfg config.Config, rt *runtime.Runtime, authn auth.Authenticator, s
 			return resp.GetManifest()
 		},
 		BaseURL:               "", // set by Start once the address is bound
-		CORSOrigins:           cfg.HTTP.CORSOrigins,
+		CORSOrigins:           cfg.HTTP.Origins(),
 		KeepAlive:             cfg.HTTP.KeepAlive,
 		WriteTimeout:          cfg.HTTP.WriteTimeout,
 		MaxSubscriptions:      cfg.HTTP.MaxSubscriptions,

@@ -22,10 +22,11 @@ type HTTPConfig struct {
 	// turning it on is one setting.
 	Addr string
 	// CORSOrigins are the browser origins allowed to call the API
-	// cross-origin and to open WebSockets (exact "scheme://host[:port]"
-	// strings, or "*"); none by default: only same-origin pages
-	// (MACP_HTTP_CORS_ORIGINS, --http-cors-origins, comma-separated).
-	CORSOrigins []string
+	// cross-origin and to open WebSockets, comma-separated (exact
+	// "scheme://host[:port]" strings, or "*"); none by default: only
+	// same-origin pages (MACP_HTTP_CORS_ORIGINS, --http-cors-origins).
+	// Origins splits it. A string keeps Config comparable.
+	CORSOrigins string
 	// KeepAlive is the interval of SSE keep-alive comments and WebSocket
 	// pings (MACP_HTTP_KEEPALIVE_MS, --http-keepalive).
 	KeepAlive time.Duration
@@ -65,7 +66,7 @@ func (c *Config) validateHTTP() []error {
 			bad("MACP_HTTP_ADDR (--http-addr) %q must differ from MACP_BIND_ADDR and MACP_ADMIN_ADDR", h.Addr)
 		}
 	}
-	for _, o := range h.CORSOrigins {
+	for _, o := range h.Origins() {
 		if o == "*" {
 			continue
 		}
@@ -74,16 +75,18 @@ func (c *Config) validateHTTP() []error {
 			bad("MACP_HTTP_CORS_ORIGINS (--http-cors-origins) %q: an origin is scheme://host[:port], e.g. https://console.example.com, or *", o)
 		}
 	}
-	if h.KeepAlive < 100*time.Millisecond {
+	// Zero values take the defaults (DefaultHTTP); below the floors a
+	// setting would spin or be useless.
+	if h.KeepAlive != 0 && h.KeepAlive < 100*time.Millisecond {
 		bad("MACP_HTTP_KEEPALIVE_MS (--http-keepalive) %v must be at least 100ms", h.KeepAlive)
 	}
-	if h.WriteTimeout < 100*time.Millisecond {
+	if h.WriteTimeout != 0 && h.WriteTimeout < 100*time.Millisecond {
 		bad("MACP_HTTP_WRITE_TIMEOUT_MS (--http-write-timeout) %v must be at least 100ms", h.WriteTimeout)
 	}
-	if h.MaxSubscriptions < 1 {
-		bad("MACP_WS_MAX_SUBSCRIPTIONS (--ws-max-subscriptions) %d must be at least 1", h.MaxSubscriptions)
+	if h.MaxSubscriptions < 0 {
+		bad("MACP_WS_MAX_SUBSCRIPTIONS (--ws-max-subscriptions) %d must not be negative", h.MaxSubscriptions)
 	}
-	if h.TicketTTL < time.Second || h.TicketTTL > 10*time.Minute {
+	if h.TicketTTL != 0 && (h.TicketTTL < time.Second || h.TicketTTL > 10*time.Minute) {
 		bad("MACP_HTTP_TICKET_TTL_MS (--http-ticket-ttl) %v must be between 1s and 10m", h.TicketTTL)
 	}
 	return errs
@@ -97,7 +100,7 @@ func (c *Config) httpFromEnv(lookup Env) []error {
 		h.Addr = v
 	}
 	if v, ok := lookup("MACP_HTTP_CORS_ORIGINS"); ok && v != "" {
-		h.CORSOrigins = splitOrigins(v)
+		h.CORSOrigins = v
 	}
 	millis := func(name string, dst *time.Duration) {
 		if v, ok := lookup(name); ok && v != "" {
@@ -123,9 +126,10 @@ func (c *Config) httpFromEnv(lookup Env) []error {
 	return errs
 }
 
-func splitOrigins(v string) []string {
+// Origins returns the allowed CORS origins, one per entry.
+func (h HTTPConfig) Origins() []string {
 	var out []string
-	for _, o := range strings.Split(v, ",") {
+	for _, o := range strings.Split(h.CORSOrigins, ",") {
 		if o = strings.TrimSpace(o); o != "" {
 			out = append(out, strings.TrimSuffix(o, "/"))
 		}
@@ -133,23 +137,11 @@ func splitOrigins(v string) []string {
 	return out
 }
 
-// originsFlag is the comma-separated --http-cors-origins flag.
-type originsFlag struct{ dst *[]string }
-
-func (f originsFlag) String() string {
-	if f.dst == nil {
-		return ""
-	}
-	return strings.Join(*f.dst, ",")
-}
-
-func (f originsFlag) Set(v string) error { *f.dst = splitOrigins(v); return nil }
-
 // registerHTTPFlags binds the HTTP flags.
 func (c *Config) registerHTTPFlags(fs *flag.FlagSet) {
 	h := &c.HTTP
 	fs.StringVar(&h.Addr, "http-addr", h.Addr, "HTTP/JSON, SSE and WebSocket listen address, empty = off; same TLS and authentication as gRPC (MACP_HTTP_ADDR)")
-	fs.Var(originsFlag{&h.CORSOrigins}, "http-cors-origins", "comma-separated browser origins allowed cross-origin (CORS, WebSocket), * = any; empty = same-origin only (MACP_HTTP_CORS_ORIGINS)")
+	fs.StringVar(&h.CORSOrigins, "http-cors-origins", h.CORSOrigins, "comma-separated browser origins allowed cross-origin (CORS, WebSocket), * = any; empty = same-origin only (MACP_HTTP_CORS_ORIGINS)")
 	fs.DurationVar(&h.KeepAlive, "http-keepalive", h.KeepAlive, "SSE keep-alive comment and WebSocket ping interval (MACP_HTTP_KEEPALIVE_MS)")
 	fs.DurationVar(&h.WriteTimeout, "http-write-timeout", h.WriteTimeout, "disconnect a streaming HTTP/WebSocket client that does not read an event for this long (MACP_HTTP_WRITE_TIMEOUT_MS)")
 	fs.IntVar(&h.MaxSubscriptions, "ws-max-subscriptions", h.MaxSubscriptions, "sessions one WebSocket connection may follow at once (MACP_WS_MAX_SUBSCRIPTIONS)")

@@ -292,7 +292,7 @@ func TestCORS(t *testing.T) {
 		t.Fatalf("foreign-origin POST: %d", code)
 	}
 	cfg := testConfig()
-	cfg.HTTP.CORSOrigins = []string{"https://console.example"}
+	cfg.HTTP.CORSOrigins = "https://console.example"
 	e2 := startApp(t, cfg)
 	req := func(method string, hdr ...string) (int, string) {
 		code, _ := e2.do(t, method, "/macp/sessions", "", "", nil, hdr...)

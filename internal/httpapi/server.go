@@ -100,6 +100,7 @@ type Server struct {
 	cors *cors
 
 	tickets *tickets
+	enc     *encCache
 	perID   *limits.Counter
 	perSess *limits.Counter
 
@@ -119,6 +120,7 @@ func New(rt *runtime.Runtime, a auth.Authenticator, opts Options) *Server {
 		rt: rt, auth: a, opts: opts, log: opts.Logger, mux: http.NewServeMux(),
 		cors:    newCORS(opts.CORSOrigins),
 		tickets: newTickets(opts.TicketTTL, opts.MaxTickets, opts.Now),
+		enc:     newEncCache(),
 		perID:   limits.NewCounter(opts.MaxStreamsPerIdentity),
 		perSess: limits.NewCounter(opts.MaxStreamsPerSession),
 		drain:   drain, drainNow: drainNow,

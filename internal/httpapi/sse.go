@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -120,12 +121,15 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request) {
 		buf     bytes.Buffer
 		lastID  = after
 	)
-	// write sends buf's content with the write deadline; the caller holds mu.
-	write := func() error {
+	// write sends buf's content with the write deadline; the caller holds
+	// mu. flush also flushes it to the client; events use write and leave
+	// the flush to the flusher goroutine, so that events accepted in a burst
+	// leave in one chunk (one syscall) instead of one each.
+	write := func(flush bool) error {
 		_ = rc.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
 		_, err := w.Write(buf.Bytes())
 		buf.Reset()
-		if err == nil {
+		if err == nil && flush {
 			err = rc.Flush()
 		}
 		if err != nil {
@@ -133,6 +137,25 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request) {
 		}
 		return err
 	}
+	dirty := make(chan struct{}, 1)
+	flusherDone := make(chan struct{})
+	go func() {
+		defer close(flusherDone)
+		for {
+			select {
+			case <-dirty:
+				runtime.Gosched() // let a burst's next events join this flush
+				mu.Lock()
+				_ = rc.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
+				if err := rc.Flush(); err != nil {
+					cancel()
+				}
+				mu.Unlock()
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	onStart := func(last, from uint64) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -146,7 +169,7 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		fmt.Fprintf(&buf, "retry: %d\n\n", sseRetryMs)
 		started, lastID = true, from
-		_ = write()
+		_ = write(true)
 	}
 	stopKA := make(chan struct{})
 	kaDone := make(chan struct{})
@@ -160,7 +183,7 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request) {
 				mu.Lock()
 				if started {
 					buf.WriteString(": keep-alive\n\n")
-					_ = write()
+					_ = write(true)
 				}
 				mu.Unlock()
 			case <-stopKA:
@@ -171,7 +194,7 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	ended, err := s.follow(ctx, id, sid, after, openedMs, onStart, func(seq uint64, env *macpv1.Envelope) error {
-		b, err := encodeEnvelope(env, view)
+		b, err := s.enc.encode(seq, env, view)
 		if err != nil {
 			return err
 		}
@@ -183,10 +206,19 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request) {
 		buf.Write(b)
 		buf.WriteString("\n\n")
 		lastID = seq
-		return write()
+		if err := write(false); err != nil {
+			return err
+		}
+		select {
+		case dirty <- struct{}{}:
+		default: // a flush is pending and will carry this event
+		}
+		return nil
 	})
 	close(stopKA)
 	<-kaDone
+	cancel() // ends the flusher
+	<-flusherDone
 	mu.Lock()
 	defer mu.Unlock()
 	switch {
@@ -196,11 +228,11 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request) {
 		}
 	case ended:
 		fmt.Fprintf(&buf, "event: end\ndata: {\"last_sequence\":%d}\n\n", lastID)
-		_ = write()
+		_ = write(true)
 	case err != nil && r.Context().Err() == nil && s.drain.Err() == nil && !errors.Is(err, errWriteFailed):
 		b, _ := wire.Compact(wire.ErrorOf(followError(err)))
 		fmt.Fprintf(&buf, "event: error\ndata: %s\n\n", b)
-		_ = write()
+		_ = write(true)
 	}
 }
 

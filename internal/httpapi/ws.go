@@ -287,7 +287,7 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 			wc.enqueue(jsonrpc.Reply(req, map[string]any{"sessionId": p.SessionID, "lastSequence": last, "resumeAfter": from}, nil))
 			started <- nil
 		}, func(seq uint64, env *macpv1.Envelope) error {
-			b, err := encodeEnvelope(env, view)
+			b, err := wc.s.enc.encode(seq, env, view)
 			if err != nil {
 				return err
 			}
