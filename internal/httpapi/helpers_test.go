@@ -49,6 +49,20 @@ func testConfig() config.Config {
 	return cfg
 }
 
+// startAppTLS starts cfg (TLS configured) without a gRPC client.
+func startAppTLS(t testing.TB, cfg config.Config) *env {
+	t.Helper()
+	a, err := app.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+	return &env{a: a, base: "http://" + a.HTTPAddr()}
+}
+
 func startApp(t testing.TB, cfg config.Config) *env {
 	t.Helper()
 	a, err := app.New(cfg, nil)
