@@ -3,8 +3,8 @@ package httpapi_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
