@@ -17,6 +17,7 @@ import (
 	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/wire"
 	"github.com/macpd/macpd/sdk"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -443,7 +444,7 @@ func (c *cli) send(args []string) error {
 			return usagef("--payload-b64: %v", err)
 		}
 	}
-	if _, core := corePayloads[*typ]; *payloadJSON != "" && (core || *mode != "") {
+	if core := wire.IsCore(*typ); *payloadJSON != "" && (core || *mode != "") {
 		// Check the JSON before any round trip when its schema is known.
 		if _, err := encodePayload(*mode, *typ, *payloadJSON); err != nil {
 			return usageError{err.Error()}

@@ -6,6 +6,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -53,7 +54,8 @@ type App struct {
 	adminLis   net.Listener
 	adminServe chan struct{} // closed when the admin Serve returns
 
-	snap *snapshots // snapshots.go
+	snap *snapshots   // snapshots.go
+	http *httpBinding // nil unless cfg.HTTP.Addr is set (http.go)
 }
 
 // BuiltinModes returns the registry of modes this build ships
@@ -150,6 +152,7 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 		grpc.UnaryInterceptor(gm.UnaryServerInterceptor),
 		grpc.StreamInterceptor(gm.StreamServerInterceptor),
 	}
+	var httpTLS *tls.Config // the HTTP listener's: the same certificates
 	if cfg.TLSCertPath != "" {
 		// TLS 1.2+, optional client certificates, reloaded on change.
 		tc, err := tlsconf.FromConfig(cfg, log)
@@ -157,6 +160,7 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 			return nil, fmt.Errorf("loading TLS certificate: %w", err)
 		}
 		opts = append(opts, grpc.Creds(tc.Credentials()))
+		httpTLS = tc.Config()
 	} else if !cfg.AllowInsecure { // Start warns about MACP_ALLOW_INSECURE itself
 		log.Warn("plaintext transport (MACP_ALLOW_PLAINTEXT): traffic and bearer tokens are unencrypted; do not use in production")
 	}
@@ -167,6 +171,10 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 	a.grpc, a.health = svc.NewGRPCServer(opts...)
 	if cfg.AdminAddr != "" {
 		a.admin = admin.New(cfg, a.metrics, log)
+	}
+	if cfg.HTTP.Addr != "" {
+		a.http = &httpBinding{srv: newHTTP(cfg, rt, authn, svc, httpTLS, a)}
+		a.mountSnapshots() // http.go
 	}
 	return a, nil
 }
@@ -226,6 +234,14 @@ func (a *App) Start(ctx context.Context) error {
 				"make sure only trusted hosts can reach it (MACP_ADMIN_ADDR)", "addr", al.Addr().String(), "pprof", a.cfg.AdminPprof)
 		}
 	}
+	if err := a.startHTTP(); err != nil { // http.go
+		lis.Close()
+		if a.adminLis != nil {
+			_ = a.admin.Shutdown(context.Background())
+		}
+		a.rt.Close()
+		return err
+	}
 	a.lis = lis
 	// snapshots.go: the MACP_SNAPSHOT_DIR writer.
 	a.startSnapshots()
@@ -273,6 +289,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 		a.health.Shutdown()
 		// End watch streams so GracefulStop only waits for unary calls.
 		a.svc.Drain()
+		a.shutdownHTTP(ctx) // http.go
 		stopped := make(chan struct{})
 		go func() { a.grpc.GracefulStop(); close(stopped) }()
 		select {

@@ -22,6 +22,7 @@ func startApp(t *testing.T) (*app.App, macpv1.MACPRuntimeServiceClient) {
 	cfg.MemoryOnly = true // tests keep history in memory; the durable default has its own tests
 	cfg.BindAddr = "127.0.0.1:0"
 	cfg.AllowInsecure = true
+	cfg.HTTP.Addr = "127.0.0.1:0" // the snapshot routes are tested through it
 	a, err := app.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)

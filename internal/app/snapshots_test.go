@@ -3,20 +3,17 @@ package app_test
 import (
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	decisionv1 "github.com/macpd/macpd/gen/macp/modes/decision/v1"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
-	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/snapshot"
 )
 
-// The snapshot routes as the HTTP binding will mount them
-// (a.Snapshots().Handler(a.SnapshotAuthorize(identify))): the report of a
+// The snapshot routes as the HTTP binding serves them (dev identities:
+// the bearer token is the agent id): the report of a
 // live session equals the one computed from what a client reads over
 // gRPC, its payload is served by content address, and the runtime's read
 // matrix decides (initiator and participants yes, others FORBIDDEN,
@@ -36,17 +33,9 @@ func TestSnapshotRoutes(t *testing.T) {
 		ModeVersion: "1.0.0", ConfigurationVersion: "cfg-1", TtlMs: 60000}))
 	send("coord", "Proposal", "m1", mustMarshal(t, &decisionv1.ProposalPayload{ProposalId: "p1", Option: "x"}))
 
-	identify := func(r *http.Request) (coord.Identity, error) {
-		who, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || who == "" {
-			return coord.Identity{}, coord.Errorf(coord.CodeUnauthenticated, "no bearer token")
-		}
-		return coord.Identity{Sender: who}, nil
-	}
-	srv := httptest.NewServer(a.Snapshots().Handler(a.SnapshotAuthorize(identify)))
-	defer srv.Close()
+	base := "http://" + a.HTTPAddr()
 	get := func(path, who string) (int, string) {
-		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
 		if who != "" {
 			req.Header.Set("Authorization", "Bearer "+who)
 		}

@@ -85,6 +85,8 @@ type Config struct {
 	Limits LimitsConfig
 	// Snapshots holds the session snapshot settings (snapshots.go).
 	Snapshots SnapshotConfig
+	// HTTP holds the HTTP/SSE/WebSocket bindings' settings (http.go).
+	HTTP HTTPConfig
 }
 
 // Default returns the documented defaults.
@@ -106,6 +108,7 @@ func Default() Config {
 		GCMinHeap:       64 << 20,
 		Limits:          DefaultLimits(),
 		Snapshots:       DefaultSnapshots(),
+		HTTP:            DefaultHTTP(),
 	}
 }
 
@@ -184,6 +187,7 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.validateAuth()...)
 	errs = append(errs, c.validateLimits()...)
 	errs = append(errs, c.validateSnapshots()...)
+	errs = append(errs, c.validateHTTP()...)
 	return errors.Join(errs...)
 }
 
@@ -285,6 +289,7 @@ func (c *Config) FromEnv(lookup Env) error {
 	errs = append(errs, c.authFromEnv(lookup)...)
 	errs = append(errs, c.limitsFromEnv(lookup)...)
 	errs = append(errs, c.snapshotsFromEnv(lookup)...)
+	errs = append(errs, c.httpFromEnv(lookup)...)
 	return errors.Join(errs...)
 }
 
@@ -327,4 +332,5 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.registerAuthFlags(fs)
 	c.registerLimitFlags(fs)
 	c.registerSnapshotFlags(fs)
+	c.registerHTTPFlags(fs)
 }

@@ -1,0 +1,234 @@
+package httpapi_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	decisionv1 "github.com/macpd/macpd/gen/macp/modes/decision/v1"
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// benchSenders is the number of concurrent senders, each on its own
+// session, in BenchmarkTransports.
+const benchSenders = 16
+
+// BenchmarkTransports measures accepted envelopes per second over gRPC
+// Send, HTTP/JSON (POST /macp/envelope, keep-alive connections) and
+// WebSocket (macp/send, one connection per sender), in the same run and
+// against the same runtime (in-memory store: the transports' own cost is
+// what differs), with 16 concurrent senders on 16 sessions; b.N envelopes
+// per transport, in six rounds whose order rotates. Reported: each rate and the ratios http/grpc and
+// ws/grpc (docs/benchmarks.md).
+func BenchmarkTransports(b *testing.B) {
+	e := startApp(b, testConfig())
+	sids := make([]string, benchSenders)
+	for i := range sids {
+		sids[i] = e.startSession(b, "coord", "alice")
+	}
+	payload := func(id string) []byte {
+		p, _ := proto.Marshal(&decisionv1.ProposalPayload{ProposalId: id, Option: "option " + id, Rationale: strings.Repeat("r", 64)})
+		return p
+	}
+	envJSON := func(sid, id string) []byte {
+		return []byte(fmt.Sprintf(`{"macp_version":"1.0","mode":%q,"message_type":"Proposal","message_id":%q,"session_id":%q,"timestamp_unix_ms":"%d","payload":%q}`,
+			decisionMode, id, sid, time.Now().UnixMilli(), base64.StdEncoding.EncodeToString(payload(id))))
+	}
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchSenders * 2}}
+	var seq atomic.Int64 // unique message ids across rounds
+	run := func(name string, n int, send func(worker int, sid, id string) error) time.Duration {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, benchSenders)
+		t0 := time.Now()
+		for w := range benchSenders {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					if next.Add(1) > int64(n) {
+						return
+					}
+					if err := send(w, sids[w], fmt.Sprintf("%s-%d", name, seq.Add(1))); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		el := time.Since(t0)
+		select {
+		case err := <-errs:
+			b.Fatalf("%s: %v", name, err)
+		default:
+		}
+		return el
+	}
+	wsConns := make([]*websocket.Conn, benchSenders)
+	for i := range wsConns {
+		wsConns[i] = e.dialWS(b, "coord")
+		defer wsConns[i].CloseNow()
+	}
+	b.ResetTimer()
+	grpcSend := func(_ int, sid, id string) error {
+		r, err := e.c.Send(as("coord"), &macpv1.SendRequest{Envelope: &macpv1.Envelope{MacpVersion: "1.0", Mode: decisionMode,
+			MessageType: "Proposal", MessageId: id, SessionId: sid, TimestampUnixMs: time.Now().UnixMilli(), Payload: payload(id)}})
+		if err != nil || !r.Ack.Ok {
+			return fmt.Errorf("%v %v", r, err)
+		}
+		return nil
+	}
+	httpSend := func(_ int, sid, id string) error {
+		req, _ := http.NewRequest("POST", e.base+"/macp/envelope", bytes.NewReader(envJSON(sid, id)))
+		req.Header.Set("Authorization", "Bearer coord")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("%d %s", resp.StatusCode, body)
+		}
+		return nil
+	}
+	wsSend := func(w int, sid, id string) error {
+		c := wsConns[w]
+		msg := append(append([]byte(`{"jsonrpc":"2.0","id":1,"method":"macp/send","params":{"envelope":`), envJSON(sid, id)...), "}}"...)
+		if err := c.Write(context.Background(), websocket.MessageText, msg); err != nil {
+			return err
+		}
+		_, resp, err := c.Read(context.Background())
+		if err != nil {
+			return err
+		}
+		if !bytes.Contains(resp, []byte(`"ok":true`)) {
+			return fmt.Errorf("%s", resp)
+		}
+		return nil
+	}
+	// Rounds, the order rotating, so that load from elsewhere on the
+	// machine falls on all three alike.
+	const rounds = 6
+	var tg, th, tw time.Duration
+	per := max(b.N/rounds, 1)
+	for r := range rounds {
+		steps := []func(){
+			func() { tg += run("g", per, grpcSend) },
+			func() { th += run("h", per, httpSend) },
+			func() { tw += run("w", per, wsSend) },
+		}
+		for i := range steps {
+			steps[(i+r)%3]()
+		}
+	}
+	total := float64(per * rounds)
+	grpcRate, httpRate, wsRate := total/tg.Seconds(), total/th.Seconds(), total/tw.Seconds()
+	b.StopTimer()
+	b.ReportMetric(grpcRate, "grpc-env/s")
+	b.ReportMetric(httpRate, "http-env/s")
+	b.ReportMetric(wsRate, "ws-env/s")
+	b.ReportMetric(httpRate/grpcRate, "http/grpc")
+	b.ReportMetric(wsRate/grpcRate, "ws/grpc")
+}
+
+// BenchmarkSSEFanout: 1,000 SSE followers of one busy session. One op is
+// one envelope sent (16 concurrent senders over gRPC) and delivered to
+// every follower. Reported: the session's accepted envelopes per second
+// with the followers attached, the SSE events delivered per second, and
+// the send rate as a ratio of the same senders without followers
+// (measured first, in the same run).
+func BenchmarkSSEFanout(b *testing.B) {
+	const followers = 1000
+	cfg := testConfig()
+	cfg.Limits.MaxStreamsPerIdentity = 0 // one identity follows 1,000 times
+	e := startApp(b, cfg)
+	send := func(sid string, n int, prefix string) time.Duration {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		t0 := time.Now()
+		for range benchSenders {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					i := next.Add(1)
+					if i > int64(n) {
+						return
+					}
+					if ack := e.grpcProposal(b, "coord", sid, fmt.Sprintf("%s-%d", prefix, i)); !ack.Ok {
+						b.Errorf("send: %v", ack)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return time.Since(t0)
+	}
+	base := e.startSession(b, "coord", "alice")
+	alone := send(base, b.N, "a")
+
+	sid := e.startSession(b, "coord", "alice")
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: followers, MaxConnsPerHost: 0}}
+	var ready, done sync.WaitGroup
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	want := b.N + 1 // the SessionStart, then b.N proposals
+	var delivered atomic.Int64
+	for range followers {
+		ready.Add(1)
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			req, _ := http.NewRequestWithContext(ctx, "GET", e.base+"/macp/session/"+sid+"/events", nil)
+			req.Header.Set("Authorization", "Bearer alice")
+			resp, err := hc.Do(req)
+			if err != nil || resp.StatusCode != 200 {
+				b.Errorf("follower: %v %v", resp, err)
+				ready.Done()
+				return
+			}
+			defer resp.Body.Close()
+			ready.Done()
+			r := bufio.NewReaderSize(resp.Body, 64<<10)
+			n := 0
+			for n < want {
+				line, err := r.ReadSlice('\n')
+				if err != nil {
+					b.Errorf("follower read after %d: %v", n, err)
+					return
+				}
+				if bytes.HasPrefix(line, []byte("id: ")) {
+					n++
+					delivered.Add(1)
+				}
+			}
+		}()
+	}
+	ready.Wait()
+	b.ResetTimer()
+	t0 := time.Now()
+	sent := send(sid, b.N, "f")
+	done.Wait()
+	all := time.Since(t0)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/sent.Seconds(), "env/s")
+	b.ReportMetric(float64(delivered.Load())/all.Seconds(), "events/s")
+	b.ReportMetric(alone.Seconds()/sent.Seconds(), "send-ratio")
+	_ = json.Marshal
+}

@@ -1,0 +1,47 @@
+package httpapi
+
+import (
+	"hash/maphash"
+	"sync/atomic"
+
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+)
+
+// encCache holds recently encoded envelope JSON, so that a record
+// delivered to many feeds of one session (SSE, WebSocket) is encoded once,
+// not once per follower. Lock-free and fixed-size: a slot keeps the last
+// envelope that hashed to it; a miss just encodes again. Entries are keyed
+// by the envelope's identity (the runtime hands every follower the same
+// record), its sequence number and the view.
+type encCache struct {
+	seed  maphash.Seed
+	slots [encCacheSlots]atomic.Pointer[encEntry]
+}
+
+const encCacheSlots = 4096
+
+type encEntry struct {
+	env  *macpv1.Envelope
+	seq  uint64
+	view bool
+	b    []byte
+}
+
+func newEncCache() *encCache { return &encCache{seed: maphash.MakeSeed()} }
+
+// encode returns the feed JSON of env (encodeEnvelope), from the cache
+// when another feed encoded it recently. The returned bytes are shared:
+// never modify them.
+func (c *encCache) encode(seq uint64, env *macpv1.Envelope, view bool) ([]byte, error) {
+	h := maphash.Comparable(c.seed, env) ^ seq
+	slot := &c.slots[h%encCacheSlots]
+	if e := slot.Load(); e != nil && e.env == env && e.seq == seq && e.view == view {
+		return e.b, nil
+	}
+	b, err := encodeEnvelope(env, view)
+	if err != nil {
+		return nil, err
+	}
+	slot.Store(&encEntry{env: env, seq: seq, view: view, b: b})
+	return b, nil
+}

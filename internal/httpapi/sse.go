@@ -1,0 +1,239 @@
+package httpapi
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/wire"
+)
+
+// sseRetryMs is the reconnection delay sent to EventSource clients.
+const sseRetryMs = 2000
+
+// sseCursor reads the resume point: Last-Event-ID (sent by a reconnecting
+// EventSource) or ?after_sequence=; both, and different, is an error.
+func sseCursor(r *http.Request) (uint64, *coord.Error) {
+	q, qok, cerr := queryValue(r.URL.Query(), "after_sequence")
+	if cerr != nil {
+		return 0, cerr
+	}
+	h, hok := r.Header.Get("Last-Event-ID"), len(r.Header.Values("Last-Event-ID")) > 0
+	var a, b uint64
+	if qok {
+		if a, cerr = parseSeq("after_sequence", q); cerr != nil {
+			return 0, cerr
+		}
+	}
+	if hok {
+		if b, cerr = parseSeq("Last-Event-ID", h); cerr != nil {
+			return 0, cerr
+		}
+	}
+	if qok && hok && a != b {
+		return 0, coord.Errorf(coord.CodeInvalidEnvelope, "Last-Event-ID %d and after_sequence %d disagree; send one", b, a)
+	}
+	return max(a, b), nil
+}
+
+// payloadView reads ?payload=json|base64 (default base64: byte-exact).
+func payloadView(r *http.Request) (bool, *coord.Error) {
+	v, ok, cerr := queryValue(r.URL.Query(), "payload")
+	if cerr != nil || !ok {
+		return false, cerr
+	}
+	switch v {
+	case "base64":
+		return false, nil
+	case "json":
+		return true, nil
+	}
+	return false, coord.Errorf(coord.CodeInvalidEnvelope, "payload=%q: use base64 (default) or json", v)
+}
+
+// encodeEnvelope is the envelope JSON of a feed: proto3 JSON (payload as
+// base64 of the exact bytes), or the canonical view with decoded
+// payloads.
+func encodeEnvelope(env *macpv1.Envelope, view bool) ([]byte, error) {
+	if view {
+		return wire.EncodeCanonical(env)
+	}
+	return wire.EncodeEnvelope(env)
+}
+
+// sse streams a session's accepted envelopes as Server-Sent Events: one
+// event per envelope, id = its sequence number, data = its JSON. Resumes
+// after Last-Event-ID or ?after_sequence=. Replay, then live; a terminal
+// session's stream ends after its last envelope with an "end" event, and
+// a reconnect to a terminal session with nothing left is answered 204,
+// which stops EventSource from reconnecting.
+func (s *Server) sse(w http.ResponseWriter, r *http.Request) {
+	openedMs := s.opts.Now().UnixMilli()
+	id, _, cerr := s.Identify(r, true, false)
+	if cerr != nil {
+		WriteError(w, cerr)
+		return
+	}
+	sid := r.PathValue("id")
+	after, cerr := sseCursor(r)
+	if cerr != nil {
+		WriteError(w, cerr)
+		return
+	}
+	view, cerr := payloadView(r)
+	if cerr != nil {
+		WriteError(w, cerr)
+		return
+	}
+	gctx, gcancel := s.unaryCtx(r)
+	md, cerr := s.rt.GetSession(gctx, id, sid)
+	gcancel()
+	if cerr != nil {
+		WriteError(w, cerr)
+		return
+	}
+	if md.GetState() != macpv1.SessionState_SESSION_STATE_OPEN {
+		if last, ok := s.rt.LastSeq(sid); ok && after >= last {
+			w.WriteHeader(http.StatusNoContent) // nothing left, nothing will come
+			return
+		}
+	}
+	release, cerr := s.acquireStream(id, sid)
+	if cerr != nil {
+		WriteError(w, cerr)
+		return
+	}
+	defer release()
+
+	ctx, cancel := contextWithDrain(r.Context(), s.drain)
+	defer cancel()
+	rc := http.NewResponseController(w)
+	var (
+		mu      sync.Mutex
+		started bool
+		buf     bytes.Buffer
+		lastID  = after
+	)
+	// write sends buf's content with the write deadline; the caller holds
+	// mu. flush also flushes it to the client; events use write and leave
+	// the flush to the flusher goroutine, so that events accepted in a burst
+	// leave in one chunk (one syscall) instead of one each.
+	write := func(flush bool) error {
+		_ = rc.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
+		_, err := w.Write(buf.Bytes())
+		buf.Reset()
+		if err == nil && flush {
+			err = rc.Flush()
+		}
+		if err != nil {
+			cancel()
+		}
+		return err
+	}
+	dirty := make(chan struct{}, 1)
+	flusherDone := make(chan struct{})
+	go func() {
+		defer close(flusherDone)
+		for {
+			select {
+			case <-dirty:
+				runtime.Gosched() // let a burst's next events join this flush
+				mu.Lock()
+				_ = rc.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
+				if err := rc.Flush(); err != nil {
+					cancel()
+				}
+				mu.Unlock()
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	onStart := func(last, from uint64) {
+		mu.Lock()
+		defer mu.Unlock()
+		h := w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-store")
+		h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set(HeaderSessionSeq, strconv.FormatUint(last, 10))
+		h.Set(HeaderResumeAfter, strconv.FormatUint(from, 10))
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprintf(&buf, "retry: %d\n\n", sseRetryMs)
+		started, lastID = true, from
+		_ = write(true)
+	}
+	stopKA := make(chan struct{})
+	kaDone := make(chan struct{})
+	go func() {
+		defer close(kaDone)
+		t := time.NewTicker(s.opts.KeepAlive)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				mu.Lock()
+				if started {
+					buf.WriteString(": keep-alive\n\n")
+					_ = write(true)
+				}
+				mu.Unlock()
+			case <-stopKA:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	ended, err := s.follow(ctx, id, sid, after, openedMs, onStart, func(seq uint64, env *macpv1.Envelope) error {
+		b, err := s.enc.encode(seq, env, view)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		buf.WriteString("id: ")
+		buf.WriteString(strconv.FormatUint(seq, 10))
+		buf.WriteString("\ndata: ")
+		buf.Write(b)
+		buf.WriteString("\n\n")
+		lastID = seq
+		if err := write(false); err != nil {
+			return err
+		}
+		select {
+		case dirty <- struct{}{}:
+		default: // a flush is pending and will carry this event
+		}
+		return nil
+	})
+	close(stopKA)
+	<-kaDone
+	cancel() // ends the flusher
+	<-flusherDone
+	mu.Lock()
+	defer mu.Unlock()
+	switch {
+	case !started:
+		if err != nil {
+			WriteError(w, followError(err))
+		}
+	case ended:
+		fmt.Fprintf(&buf, "event: end\ndata: {\"last_sequence\":%d}\n\n", lastID)
+		_ = write(true)
+	case err != nil && r.Context().Err() == nil && s.drain.Err() == nil && !errors.Is(err, errWriteFailed):
+		b, _ := wire.Compact(wire.ErrorOf(followError(err)))
+		fmt.Fprintf(&buf, "event: error\ndata: %s\n\n", b)
+		_ = write(true)
+	}
+}
+
+var errWriteFailed = errors.New("httpapi: write failed")

@@ -1,0 +1,380 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/url"
+	"sync"
+	"time"
+
+	"net/http"
+
+	"github.com/coder/websocket"
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/jsonrpc"
+	"github.com/macpd/macpd/internal/wire"
+)
+
+// WebSocket binding (RFC-MACP-0006 §5) at /macp/ws: JSON-RPC 2.0, one
+// request, response or notification per text message, so each message
+// carries at most one envelope.
+//
+// Methods:
+//
+//	macp/send        {"envelope": <Envelope JSON>}                -> {"ack": <Ack JSON>}
+//	macp/subscribe   {"sessionId", "afterSequence"?, "payload"?}  -> {"sessionId", "lastSequence", "resumeAfter"}
+//	macp/unsubscribe {"sessionId"}                                -> {"sessionId", "lastSequence"}
+//
+// Notifications (server to client), per subscribed session in sequence
+// order, after the subscribe response:
+//
+//	notifications/macp/envelope {"sessionId", "sessionEventId": <sequence number>, "envelope": <Envelope JSON>}
+//	notifications/macp/end      {"sessionId", "lastSequence"}        the session is terminal, all delivered
+//	notifications/macp/error    {"sessionId", "error": <MACPError>}  the subscription failed and ended
+//
+// macp/send is admitted by runtime.Send like gRPC Send; a rejection is a
+// result whose ack has ok=false and the MACPError, as on gRPC. Requests
+// are handled in the order they arrive, one at a time per connection, so
+// envelopes sent on one connection are admitted in order. JSON-RPC
+// errors: -32700 (not JSON, invalid UTF-8), -32600, -32601, -32602 (bad
+// params, bad envelope JSON: data is the MACPError), -32000 (a MACP
+// refusal: data is the MACPError). The connection stays open after them.
+//
+// Fatal conditions close the connection with a code carrying the MACP
+// error (wire.CloseCode: 4000 + its HTTP status; the reason starts with
+// the code): 4401 bad or missing credentials (checked after the upgrade,
+// because browsers cannot read a refused handshake's status), 4429 too
+// many connections for the identity. Also 1003 for binary messages, 1009
+// for messages over the size limit, 1001 when macpd shuts down, 1008 when
+// the client does not read for the write timeout.
+
+const (
+	wsOutQueue  = 256
+	rpcEnvelope = "notifications/macp/envelope"
+	rpcEnd      = "notifications/macp/end"
+	rpcError    = "notifications/macp/error"
+)
+
+// wsOriginPatterns are the allowed origins as coder/websocket host
+// patterns; same-origin requests are always allowed.
+func (s *Server) wsAcceptOptions() *websocket.AcceptOptions {
+	o := &websocket.AcceptOptions{}
+	for _, origin := range s.opts.CORSOrigins {
+		if origin == "*" {
+			o.InsecureSkipVerify = true // any origin, as configured
+			continue
+		}
+		if u, err := url.Parse(origin); err == nil && u.Host != "" {
+			o.OriginPatterns = append(o.OriginPatterns, u.Host)
+		}
+	}
+	return o
+}
+
+type wsConn struct {
+	s      *Server
+	c      *websocket.Conn
+	id     coord.Identity
+	ctx    context.Context
+	cancel context.CancelFunc
+	out    chan []byte
+
+	mu   sync.Mutex
+	subs map[string]*wsSub
+}
+
+type wsSub struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	last   uint64 // last delivered sequence number (guarded by wsConn.mu)
+}
+
+func (s *Server) websocket(w http.ResponseWriter, r *http.Request) {
+	id, _, authErr := s.Identify(r, true, false)
+	c, err := websocket.Accept(w, r, s.wsAcceptOptions())
+	if err != nil {
+		return // Accept answered the handshake (e.g. 403 for a foreign origin)
+	}
+	if authErr != nil {
+		closeWith(c, authErr)
+		return
+	}
+	release, cerr := s.acquireStream(id, "")
+	if cerr != nil {
+		closeWith(c, cerr)
+		return
+	}
+	defer release()
+	c.SetReadLimit(s.maxBody())
+	ctx, cancel := contextWithDrain(r.Context(), s.drain)
+	defer cancel()
+	wc := &wsConn{s: s, c: c, id: id, ctx: ctx, cancel: cancel, out: make(chan []byte, wsOutQueue), subs: make(map[string]*wsSub)}
+	writerDone := make(chan struct{})
+	go func() { defer close(writerDone); wc.writeLoop() }()
+	code, reason := wc.readLoop()
+	cancel()
+	wc.unsubscribeAll()
+	<-writerDone
+	if code != 0 {
+		_ = c.Close(code, reason)
+	} else {
+		_ = c.CloseNow()
+	}
+}
+
+func closeWith(c *websocket.Conn, e *coord.Error) {
+	reason := string(e.Code) + ": " + e.Message
+	if len(reason) > 120 {
+		reason = reason[:120]
+	}
+	_ = c.Close(websocket.StatusCode(wire.CloseCode(string(e.Code))), reason)
+}
+
+// readLoop handles requests until the connection ends; it returns the
+// close code to send (0: none, the connection is gone).
+func (wc *wsConn) readLoop() (websocket.StatusCode, string) {
+	d := jsonrpc.New()
+	d.Register("macp/send", wc.send)
+	d.Register("macp/subscribe", wc.subscribe)
+	d.Register("macp/unsubscribe", wc.unsubscribe)
+	for {
+		typ, msg, err := wc.c.Read(wc.ctx)
+		if err != nil {
+			if wc.s.drain.Err() != nil {
+				return websocket.StatusGoingAway, "macpd is shutting down; reconnect"
+			}
+			return 0, ""
+		}
+		if typ != websocket.MessageText {
+			return websocket.StatusUnsupportedData, "send JSON-RPC 2.0 requests as text messages"
+		}
+		if resp := d.Handle(wc.ctx, msg); resp != nil {
+			if !wc.enqueue(resp) {
+				return 0, ""
+			}
+		}
+	}
+}
+
+// writeLoop is the only writer; a client that does not take a message
+// within the write timeout is disconnected. It also pings the client
+// every keep-alive interval.
+func (wc *wsConn) writeLoop() {
+	t := time.NewTicker(wc.s.opts.KeepAlive)
+	defer t.Stop()
+	for {
+		select {
+		case msg := <-wc.out:
+			ctx, cancel := context.WithTimeout(wc.ctx, wc.s.opts.WriteTimeout)
+			err := wc.c.Write(ctx, websocket.MessageText, msg)
+			cancel()
+			if err != nil {
+				wc.cancel()
+				return
+			}
+		case <-t.C:
+			go func() {
+				ctx, cancel := context.WithTimeout(wc.ctx, wc.s.opts.WriteTimeout)
+				defer cancel()
+				if err := wc.c.Ping(ctx); err != nil && wc.ctx.Err() == nil {
+					wc.cancel()
+				}
+			}()
+		case <-wc.ctx.Done():
+			return
+		}
+	}
+}
+
+// enqueue queues msg for the writer, waiting while the queue is full.
+func (wc *wsConn) enqueue(msg []byte) bool {
+	select {
+	case wc.out <- msg:
+		return true
+	case <-wc.ctx.Done():
+		return false
+	}
+}
+
+func macpRPCError(e *coord.Error) *jsonrpc.Error {
+	return &jsonrpc.Error{Code: wire.RPCMACPError, Message: string(e.Code) + ": " + e.Message, Data: json.RawMessage(mustCompact(wire.ErrorOf(e)))}
+}
+
+func mustCompact(m *macpv1.MACPError) []byte {
+	b, err := wire.Compact(m)
+	if err != nil {
+		return []byte(`{"code":"INTERNAL_ERROR"}`)
+	}
+	return b
+}
+
+func (wc *wsConn) send(ctx context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
+	var p struct {
+		Envelope json.RawMessage `json:"envelope"`
+	}
+	if jerr := jsonrpc.Params(req, &p); jerr != nil {
+		return nil, jerr
+	}
+	if len(p.Envelope) == 0 {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: `macp/send needs {"envelope": {...}}`}
+	}
+	env, cerr := wire.DecodeEnvelope(p.Envelope)
+	if cerr != nil {
+		e := macpRPCError(cerr)
+		e.Code = jsonrpc.CodeInvalidParams
+		return nil, e
+	}
+	ack := wc.s.rt.Send(ctx, wc.id, env)
+	b, err := wire.Compact(ack)
+	if err != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the ack could not be encoded"}
+	}
+	return map[string]json.RawMessage{"ack": b}, nil
+}
+
+func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
+	var p struct {
+		SessionID     string `json:"sessionId"`
+		AfterSequence uint64 `json:"afterSequence"`
+		Payload       string `json:"payload"`
+	}
+	if jerr := jsonrpc.Params(req, &p); jerr != nil {
+		return nil, jerr
+	}
+	if p.SessionID == "" {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "macp/subscribe needs a sessionId"}
+	}
+	view := false
+	switch p.Payload {
+	case "", "base64":
+	case "json":
+		view = true
+	default:
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: `payload: use "base64" (default) or "json"`}
+	}
+	openedMs := wc.s.opts.Now().UnixMilli()
+	wc.mu.Lock()
+	if _, dup := wc.subs[p.SessionID]; dup {
+		wc.mu.Unlock()
+		return nil, macpRPCError(coord.Errorf(coord.CodeInvalidEnvelope, "this connection already follows session %s; unsubscribe first", p.SessionID))
+	}
+	if len(wc.subs) >= wc.s.opts.MaxSubscriptions {
+		wc.mu.Unlock()
+		return nil, macpRPCError(coord.Errorf(coord.CodeRateLimited, "this connection already follows %d sessions", wc.s.opts.MaxSubscriptions))
+	}
+	release, cerr := wc.s.acquireSessionSlot(wc.id, p.SessionID)
+	if cerr != nil {
+		wc.mu.Unlock()
+		return nil, macpRPCError(cerr)
+	}
+	ctx, cancel := context.WithCancel(wc.ctx)
+	sub := &wsSub{cancel: cancel, done: make(chan struct{}), last: p.AfterSequence}
+	wc.subs[p.SessionID] = sub
+	wc.mu.Unlock()
+
+	started := make(chan *jsonrpc.Error, 1)
+	go func() {
+		defer close(sub.done)
+		defer release()
+		didStart := false
+		ended, err := wc.s.follow(ctx, wc.id, p.SessionID, p.AfterSequence, openedMs, func(last, from uint64) {
+			didStart = true
+			wc.mu.Lock()
+			sub.last = from
+			wc.mu.Unlock()
+			// The response goes out before any notification.
+			wc.enqueue(jsonrpc.Reply(req, map[string]any{"sessionId": p.SessionID, "lastSequence": last, "resumeAfter": from}, nil))
+			started <- nil
+		}, func(seq uint64, env *macpv1.Envelope) error {
+			b, err := wc.s.enc.encode(seq, env, view)
+			if err != nil {
+				return err
+			}
+			if !wc.enqueue(jsonrpc.Notify(rpcEnvelope, map[string]any{"sessionId": p.SessionID, "sessionEventId": seq, "envelope": json.RawMessage(b)})) {
+				return ctx.Err()
+			}
+			wc.mu.Lock()
+			sub.last = seq
+			wc.mu.Unlock()
+			return nil
+		})
+		if !didStart {
+			wc.removeSub(p.SessionID, sub)
+			started <- macpRPCError(followError(err))
+			return
+		}
+		if ctx.Err() != nil {
+			return // unsubscribed or the connection ended
+		}
+		wc.mu.Lock()
+		last := sub.last
+		wc.mu.Unlock()
+		wc.removeSub(p.SessionID, sub)
+		if ended {
+			wc.enqueue(jsonrpc.Notify(rpcEnd, map[string]any{"sessionId": p.SessionID, "lastSequence": last}))
+		} else if err != nil {
+			wc.enqueue(jsonrpc.Notify(rpcError, map[string]any{"sessionId": p.SessionID, "lastSequence": last, "error": json.RawMessage(mustCompact(wire.ErrorOf(followError(err))))}))
+		}
+	}()
+	if jerr := <-started; jerr != nil {
+		return nil, jerr
+	}
+	return jsonrpc.Deferred, nil
+}
+
+func (wc *wsConn) removeSub(sessionID string, sub *wsSub) {
+	wc.mu.Lock()
+	defer wc.mu.Unlock()
+	if wc.subs[sessionID] == sub {
+		delete(wc.subs, sessionID)
+	}
+}
+
+func (wc *wsConn) unsubscribe(_ context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
+	var p struct {
+		SessionID string `json:"sessionId"`
+	}
+	if jerr := jsonrpc.Params(req, &p); jerr != nil {
+		return nil, jerr
+	}
+	wc.mu.Lock()
+	sub, ok := wc.subs[p.SessionID]
+	wc.mu.Unlock()
+	if !ok {
+		return nil, macpRPCError(coord.Errorf(coord.CodeInvalidEnvelope, "this connection does not follow session %s", p.SessionID))
+	}
+	sub.cancel()
+	<-sub.done // no notification for it after this response
+	wc.removeSub(p.SessionID, sub)
+	wc.mu.Lock()
+	last := sub.last
+	wc.mu.Unlock()
+	return map[string]any{"sessionId": p.SessionID, "lastSequence": last}, nil
+}
+
+func (wc *wsConn) unsubscribeAll() {
+	wc.mu.Lock()
+	subs := make([]*wsSub, 0, len(wc.subs))
+	for _, s := range wc.subs {
+		subs = append(subs, s)
+	}
+	wc.mu.Unlock()
+	for _, s := range subs {
+		s.cancel()
+		<-s.done
+	}
+}
+
+// acquireSessionSlot takes one of the session's feed slots and charges the
+// subscription to id's message rate.
+func (s *Server) acquireSessionSlot(id coord.Identity, sessionID string) (func(), *coord.Error) {
+	if cerr := s.rt.ChargeCall(id); cerr != nil {
+		return nil, cerr
+	}
+	rel, ok := s.perSess.Acquire(sessionID)
+	if !ok {
+		return nil, coord.Errorf(coord.CodeRateLimited, "session %s already has %d feeds open on the HTTP listener", sessionID, s.perSess.Max())
+	}
+	return rel, nil
+}
