@@ -2,12 +2,15 @@ package httpapi_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
 // A client that stops reading an SSE feed holds nothing for long: once a
@@ -79,4 +82,40 @@ func probe(t *testing.T, e *env, sid string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// Streams per identity are bounded on the HTTP listener too: beyond
+// MACP_MAX_STREAMS_PER_IDENTITY an SSE feed is 429 RATE_LIMITED and a
+// WebSocket is closed with 4429; closing one frees a slot.
+func TestStreamsPerIdentityBounded(t *testing.T) {
+	cfg := testConfig()
+	cfg.Limits.MaxStreamsPerIdentity = 2
+	e := startApp(t, cfg)
+	sid := e.startSession(t, "coord", "alice")
+	f1 := e.openSSE(t, "alice", sid, 0, nil)
+	c := e.dialWS(t, "alice")
+	if err := wsCall(c, 1, "macp/subscribe", map[string]any{"sessionId": sid}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := wsRead(c); err != nil || m.Error != nil {
+		t.Fatalf("second stream: %+v %v", m, err)
+	}
+	if code := probe(t, e, sid); code != 429 {
+		t.Fatalf("third stream (SSE): %d, want 429", code)
+	}
+	c3 := e.dialWS(t, "alice")
+	_, _, err := c3.Read(context.Background())
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != 4429 || !strings.HasPrefix(ce.Reason, "RATE_LIMITED") {
+		t.Fatalf("third stream (WebSocket): %v, want close 4429", err)
+	}
+	f1.close()
+	deadline := time.Now().Add(10 * time.Second)
+	for probe(t, e, sid) == 429 {
+		if time.Now().After(deadline) {
+			t.Fatal("closing a feed did not free its slot")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = c.CloseNow()
 }
