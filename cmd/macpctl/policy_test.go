@@ -16,7 +16,20 @@ func TestPolicyCommands(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	watched := make(chan result, 1)
-	go func() { watched <- r.runCtx(ctx, "policy", "watch", "--count", "2") }()
+	var watchOut syncBuffer
+	go func() {
+		var errOut syncBuffer
+		code := run(ctx, []string{"policy", "watch", "--count", "2"}, func(k string) string { return r.env[k] }, &watchOut, &errOut)
+		watched <- result{code, watchOut.String(), errOut.String()}
+	}()
+	// Register only once the watch has printed its initial list.
+	for !strings.Contains(watchOut.String(), "\n") {
+		select {
+		case <-ctx.Done():
+			t.Fatal("policy watch printed no initial list")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 
 	res := r.ok("policy", "register", "--id", "policy.test.majority", "--mode", "macp.mode.decision.v1",
 		"--description", "majority vote", "--rules", `{"voting":{"algorithm":"majority"}}`)
