@@ -126,8 +126,8 @@ func TestProjectionAgreesWithRuntime(t *testing.T) {
 		t.Run(mc.mode, func(t *testing.T) {
 			t.Parallel()
 			stats := runProperty(t, mc, n)
-			t.Logf("%d histories: %d envelopes offered, %d accepted, %d resolved, %d commitment predictions (%d accepted)",
-				n, stats.offered, stats.accepted, stats.resolved, stats.predictions, stats.predictedOK)
+			t.Logf("%s: %d histories: %d envelopes offered, %d accepted, %d resolved, %d commitment predictions (%d accepted)",
+				mc.mode, n, stats.offered, stats.accepted, stats.resolved, stats.predictions, stats.predictedOK)
 			// The generator must reach the interesting states, or the
 			// property proves little.
 			if stats.resolved < n/50 || stats.predictedOK == 0 || stats.predictions-stats.predictedOK == 0 {
