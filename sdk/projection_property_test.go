@@ -38,9 +38,9 @@ import (
 )
 
 // propHistories is the number of random histories per mode: 10,000 (the
-// issue's bar), 2,000 by default under the race detector, where .ci/run
+// issue's bar), 1,000 by default under the race detector, where .ci/run
 // adds a full run without it.
-var propHistories = flag.Int("sdk.histories", 0, "random histories per mode in the projection agreement property (0: 10000, 2000 under -race)")
+var propHistories = flag.Int("sdk.histories", 0, "random histories per mode in the projection agreement property (0: 10000, 1000 under -race)")
 
 const (
 	propSID = "3f2b8c1e-9a4d-4f6b-8c2e-1d5a7b9c0e3f"
@@ -119,7 +119,7 @@ func TestProjectionAgreesWithRuntime(t *testing.T) {
 	if n <= 0 {
 		n = 10000
 		if raceEnabled {
-			n = 2000
+			n = 1000
 		}
 	}
 	for _, mc := range modeCases() {
