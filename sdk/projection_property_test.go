@@ -38,9 +38,9 @@ import (
 )
 
 // propHistories is the number of random histories per mode: 10,000 (the
-// issue's bar), 2,000 by default under the race detector, where .ci/run
+// issue's bar), 1,000 by default under the race detector, where .ci/run
 // adds a full run without it.
-var propHistories = flag.Int("sdk.histories", 0, "random histories per mode in the projection agreement property (0: 10000, 2000 under -race)")
+var propHistories = flag.Int("sdk.histories", 0, "random histories per mode in the projection agreement property (0: 10000, 1000 under -race)")
 
 const (
 	propSID = "3f2b8c1e-9a4d-4f6b-8c2e-1d5a7b9c0e3f"
@@ -119,15 +119,15 @@ func TestProjectionAgreesWithRuntime(t *testing.T) {
 	if n <= 0 {
 		n = 10000
 		if raceEnabled {
-			n = 2000
+			n = 1000
 		}
 	}
 	for _, mc := range modeCases() {
 		t.Run(mc.mode, func(t *testing.T) {
 			t.Parallel()
 			stats := runProperty(t, mc, n)
-			t.Logf("%d histories: %d envelopes offered, %d accepted, %d resolved, %d commitment predictions (%d accepted)",
-				n, stats.offered, stats.accepted, stats.resolved, stats.predictions, stats.predictedOK)
+			t.Logf("%s: %d histories: %d envelopes offered, %d accepted, %d resolved, %d commitment predictions (%d accepted)",
+				mc.mode, n, stats.offered, stats.accepted, stats.resolved, stats.predictions, stats.predictedOK)
 			// The generator must reach the interesting states, or the
 			// property proves little.
 			if stats.resolved < n/50 || stats.predictedOK == 0 || stats.predictions-stats.predictedOK == 0 {
