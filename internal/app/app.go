@@ -118,7 +118,8 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 	rt := runtime.New(st, BuiltinModes(), policy.DefaultOnly{}, runtime.Options{
 		Limits:                      lim,
 		MaxOpenSessionsPerInitiator: cfg.MaxOpenSessions,
-		Rates:                       runtimeRates(cfg), // limits.go
+		Rates:                       runtimeRates(cfg),  // limits.go
+		StreamBuffers:               streamBuffers(cfg), // limits.go
 		StrictRecovery:              cfg.StrictRecovery,
 		Retention:                   cfg.Retention,
 		EvictAfter:                  cfg.EvictAfter,

@@ -31,3 +31,16 @@ func serverLimits(cfg config.Config) server.Limits {
 		KeepaliveMinTime:      l.KeepaliveMinTime,
 	}
 }
+
+// streamBuffers are the bounds of stream buffers (runtime/streambudget.go).
+func streamBuffers(cfg config.Config) runtime.StreamBudgetOptions {
+	stall := cfg.Limits.StreamStallTimeout
+	if stall == 0 {
+		stall = -1 // never
+	}
+	return runtime.StreamBudgetOptions{
+		PerStream:    cfg.Limits.StreamBufferBytes,
+		Total:        cfg.Limits.StreamBufferBudgetBytes,
+		StallTimeout: stall,
+	}
+}

@@ -98,7 +98,7 @@ func Default() Config {
 		LogLevel:        "info",
 		LogFormat:       "text",
 		ShutdownGrace:   10 * time.Second,
-		StreamHeartbeat: 100 * time.Millisecond,
+		StreamHeartbeat: 15 * time.Second,
 		EvictAfter:      5 * time.Minute,
 		GCPercent:       200,
 		GCMinHeap:       64 << 20,

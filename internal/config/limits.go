@@ -59,6 +59,19 @@ type LimitsConfig struct {
 	// more often is disconnected (GOAWAY ENHANCE_YOUR_CALM). 0 means gRPC's
 	// default, 5 min (MACP_KEEPALIVE_MIN_TIME_MS, --keepalive-min-time).
 	KeepaliveMinTime time.Duration
+	// StreamBufferBytes bounds what one stream holds for a client that has
+	// not taken it yet (records read for it, queued, or in the HTTP/2 send
+	// queue); one record is always allowed (MACP_STREAM_BUFFER_BYTES,
+	// --stream-buffer-bytes). Not 0.
+	StreamBufferBytes int64
+	// StreamBufferBudgetBytes bounds what all streams hold together
+	// (MACP_STREAM_BUFFER_BUDGET_BYTES, --stream-buffer-budget). Not 0.
+	StreamBufferBudgetBytes int64
+	// StreamStallTimeout ends a stream whose client took nothing for this
+	// long while records were waiting for it, with RATE_LIMITED; the
+	// client resumes from its cursor (MACP_STREAM_STALL_TIMEOUT_MS,
+	// --stream-stall-timeout). 0 = never.
+	StreamStallTimeout time.Duration
 }
 
 // DefaultLimits returns the documented defaults. The two rates are the
@@ -77,6 +90,10 @@ func DefaultLimits() LimitsConfig {
 		KeepaliveTime:          time.Minute,
 		KeepaliveTimeout:       20 * time.Second,
 		KeepaliveMinTime:       10 * time.Second,
+		// What one stream and all streams may hold (runtime/streambudget.go).
+		StreamBufferBytes:       1 << 20,
+		StreamBufferBudgetBytes: 256 << 20,
+		StreamStallTimeout:      30 * time.Second,
 	}
 }
 
@@ -95,6 +112,13 @@ func (c *Config) validateLimits() []error {
 	nonNegative("MACP_MAX_CONNECTIONS (--max-connections)", int64(l.MaxConnections))
 	nonNegative("MACP_MAX_STREAMS_PER_IDENTITY (--max-streams-per-identity)", int64(l.MaxStreamsPerIdentity))
 	nonNegative("MACP_MAX_STREAMS_PER_SESSION (--max-streams-per-session)", int64(l.MaxStreamsPerSession))
+	if l.StreamBufferBytes <= 0 {
+		errs = append(errs, fmt.Errorf("MACP_STREAM_BUFFER_BYTES (--stream-buffer-bytes) %d must be positive", l.StreamBufferBytes))
+	}
+	if l.StreamBufferBudgetBytes < l.StreamBufferBytes {
+		errs = append(errs, fmt.Errorf("MACP_STREAM_BUFFER_BUDGET_BYTES (--stream-buffer-budget) %d must be at least MACP_STREAM_BUFFER_BYTES (%d)",
+			l.StreamBufferBudgetBytes, l.StreamBufferBytes))
+	}
 	if l.MaxConcurrentStreams < 0 || int64(l.MaxConcurrentStreams) > math.MaxUint32 {
 		errs = append(errs, fmt.Errorf("MACP_MAX_CONCURRENT_STREAMS (--max-concurrent-streams) %d must be between 0 (no limit) and %d",
 			l.MaxConcurrentStreams, uint32(math.MaxUint32)))
@@ -109,6 +133,7 @@ func (c *Config) validateLimits() []error {
 		{"MACP_KEEPALIVE_TIME_MS (--keepalive-time)", l.KeepaliveTime},
 		{"MACP_KEEPALIVE_TIMEOUT_MS (--keepalive-timeout)", l.KeepaliveTimeout},
 		{"MACP_KEEPALIVE_MIN_TIME_MS (--keepalive-min-time)", l.KeepaliveMinTime},
+		{"MACP_STREAM_STALL_TIMEOUT_MS (--stream-stall-timeout)", l.StreamStallTimeout},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s %v must not be negative", d.name, d.v))
@@ -158,6 +183,19 @@ func (c *Config) limitsFromEnv(lookup Env) []error {
 	millis("MACP_KEEPALIVE_TIME_MS", &l.KeepaliveTime)
 	millis("MACP_KEEPALIVE_TIMEOUT_MS", &l.KeepaliveTimeout)
 	millis("MACP_KEEPALIVE_MIN_TIME_MS", &l.KeepaliveMinTime)
+	millis("MACP_STREAM_STALL_TIMEOUT_MS", &l.StreamStallTimeout)
+	integer64 := func(name string, dst *int64) {
+		if v, ok := lookup(name); ok && v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %q is not an integer number of bytes", name, v))
+				return
+			}
+			*dst = n
+		}
+	}
+	integer64("MACP_STREAM_BUFFER_BYTES", &l.StreamBufferBytes)
+	integer64("MACP_STREAM_BUFFER_BUDGET_BYTES", &l.StreamBufferBudgetBytes)
 	return errs
 }
 
@@ -183,6 +221,12 @@ func (c *Config) registerLimitFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&l.KeepaliveTime, "keepalive-time", l.KeepaliveTime, "ping connections silent for this long, 0 = 2h (MACP_KEEPALIVE_TIME_MS)")
 	fs.DurationVar(&l.KeepaliveTimeout, "keepalive-timeout", l.KeepaliveTimeout,
 		"close a pinged connection that does not answer within this, 0 = 20s (MACP_KEEPALIVE_TIMEOUT_MS)")
+	fs.Int64Var(&l.StreamBufferBytes, "stream-buffer-bytes", l.StreamBufferBytes,
+		"bytes one stream may hold for a client that has not read them (MACP_STREAM_BUFFER_BYTES)")
+	fs.Int64Var(&l.StreamBufferBudgetBytes, "stream-buffer-budget", l.StreamBufferBudgetBytes,
+		"bytes all streams may hold together (MACP_STREAM_BUFFER_BUDGET_BYTES)")
+	fs.DurationVar(&l.StreamStallTimeout, "stream-stall-timeout", l.StreamStallTimeout,
+		"end a stream whose client took nothing for this long, 0 = never (MACP_STREAM_STALL_TIMEOUT_MS)")
 	fs.DurationVar(&l.KeepaliveMinTime, "keepalive-min-time", l.KeepaliveMinTime,
 		"shortest keepalive ping interval allowed to clients, 0 = 5m (MACP_KEEPALIVE_MIN_TIME_MS)")
 }

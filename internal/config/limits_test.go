@@ -16,6 +16,7 @@ func TestDefaultLimits(t *testing.T) {
 		MaxStreamsPerIdentity: 256, MaxStreamsPerSession: 1024, UnaryTimeout: 30 * time.Second,
 		HandshakeTimeout: 10 * time.Second, MaxConnectionIdle: 5 * time.Minute, KeepaliveTime: time.Minute,
 		KeepaliveTimeout: 20 * time.Second, KeepaliveMinTime: 10 * time.Second,
+		StreamBufferBytes: 1 << 20, StreamBufferBudgetBytes: 256 << 20, StreamStallTimeout: 30 * time.Second,
 	}
 	if l != want {
 		t.Fatalf("defaults\n got %+v\nwant %+v", l, want)
@@ -39,6 +40,9 @@ func TestLimitsEnvAndFlags(t *testing.T) {
 		"MACP_KEEPALIVE_TIME_MS":              "1500",
 		"MACP_KEEPALIVE_TIMEOUT_MS":           "1600",
 		"MACP_KEEPALIVE_MIN_TIME_MS":          "0",
+		"MACP_STREAM_BUFFER_BYTES":            "1000",
+		"MACP_STREAM_BUFFER_BUDGET_BYTES":     "2000",
+		"MACP_STREAM_STALL_TIMEOUT_MS":        "0",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +52,7 @@ func TestLimitsEnvAndFlags(t *testing.T) {
 		MaxStreamsPerIdentity: 10, MaxStreamsPerSession: 11, UnaryTimeout: 1200 * time.Millisecond,
 		HandshakeTimeout: 1300 * time.Millisecond, MaxConnectionIdle: 1400 * time.Millisecond,
 		KeepaliveTime: 1500 * time.Millisecond, KeepaliveTimeout: 1600 * time.Millisecond, KeepaliveMinTime: 0,
+		StreamBufferBytes: 1000, StreamBufferBudgetBytes: 2000, StreamStallTimeout: 0,
 	}
 	if c.Limits != want {
 		t.Fatalf("FromEnv\n got %+v\nwant %+v", c.Limits, want)
@@ -61,14 +66,15 @@ func TestLimitsEnvAndFlags(t *testing.T) {
 	if err := fs.Parse([]string{"--session-start-limit", "1", "--message-limit", "2", "--max-connections", "3",
 		"--max-concurrent-streams", "4", "--max-streams-per-identity", "5", "--max-streams-per-session", "6",
 		"--unary-timeout", "1s", "--handshake-timeout", "2s", "--max-connection-idle", "3s", "--keepalive-time", "4s",
-		"--keepalive-timeout", "5s", "--keepalive-min-time", "6s"}); err != nil {
+		"--keepalive-timeout", "5s", "--keepalive-min-time", "6s",
+		"--stream-buffer-bytes", "7", "--stream-buffer-budget", "8", "--stream-stall-timeout", "9s"}); err != nil {
 		t.Fatal(err)
 	}
 	want = LimitsConfig{
 		SessionStartsPerMinute: 1, MessagesPerMinute: 2, MaxConnections: 3, MaxConcurrentStreams: 4,
 		MaxStreamsPerIdentity: 5, MaxStreamsPerSession: 6, UnaryTimeout: time.Second, HandshakeTimeout: 2 * time.Second,
 		MaxConnectionIdle: 3 * time.Second, KeepaliveTime: 4 * time.Second, KeepaliveTimeout: 5 * time.Second,
-		KeepaliveMinTime: 6 * time.Second,
+		KeepaliveMinTime: 6 * time.Second, StreamBufferBytes: 7, StreamBufferBudgetBytes: 8, StreamStallTimeout: 9 * time.Second,
 	}
 	if c.Limits != want {
 		t.Fatalf("flags\n got %+v\nwant %+v", c.Limits, want)

@@ -15,6 +15,7 @@ import (
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/runtime"
+	"github.com/macpd/macpd/internal/session"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -401,12 +402,28 @@ func watchHints(ctx context.Context, hub *runtime.Hub[int64], send func(at int64
 func (s *Service) WatchSignals(_ *macpv1.WatchSignalsRequest, stream grpc.ServerStreamingServer[macpv1.WatchSignalsResponse]) error {
 	sub := s.rt.Signals.Subscribe()
 	defer s.rt.Signals.Unsubscribe(sub)
+	// The encoded copy gRPC keeps until the client reads is charged to the
+	// stream buffers (runtime/streambudget.go): a watcher that does not
+	// read waits here, its subscription fills up and it is dropped.
+	w := s.rt.StreamBudget().NewWindow()
+	defer w.Close()
+	tr := sentTracker{w: w}
 	for {
 		select {
 		case env := <-sub.C:
-			if err := stream.Send(&macpv1.WatchSignalsResponse{Envelope: env}); err != nil {
+			s.rt.Signals.Took(sub, env)
+			cost := runtime.StreamCost(session.Record{Envelope: env})
+			if err := w.Acquire(stream.Context(), cost); err != nil {
+				if ce := (*coord.Error)(nil); errors.As(err, &ce) {
+					return statusErr(ce)
+				}
+				return nil
+			}
+			resp := &macpv1.WatchSignalsResponse{Envelope: env}
+			if err := stream.Send(resp); err != nil {
 				return err
 			}
+			tr.sent(cost, resp)
 		case <-sub.Done():
 			return statusErr(coord.Errorf(coord.CodeRateLimited, "signal watcher fell behind and was disconnected (signals are not replayed); reconnect to continue"))
 		case <-stream.Context().Done():
