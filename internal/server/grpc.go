@@ -184,8 +184,10 @@ const (
 // reflection registered. extra options are appended (credentials, ...).
 func (s *Service) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(s.UnaryInterceptor, s.limitUnary),    // limits.go: after authentication
-		grpc.ChainStreamInterceptor(s.StreamInterceptor, s.limitStream), // limits.go: stream slots, WatchSignals filter
+		grpc.ChainUnaryInterceptor(s.UnaryInterceptor, s.limitUnary, s.decodeUnary),     // limits.go: after authentication; codec.go
+		grpc.ChainStreamInterceptor(s.StreamInterceptor, s.limitStream, s.decodeStream), // limits.go: stream slots, WatchSignals filter; codec.go
+		// Undecodable requests are the client's error, not INTERNAL (codec.go).
+		grpc.ForceServerCodecV2(newRequestCodec()),
 	}
 	opts = append(opts, s.limitOptions()...) // limits.go: streams per connection, keepalive, handshake
 	if s.opts.MaxRecvBytes > 0 {

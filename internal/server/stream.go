@@ -351,6 +351,12 @@ func (st *streamState) isFollowing() bool {
 
 // handle processes one request frame. A returned error ends the call.
 func (st *streamState) handle(ctx context.Context, req *macpv1.StreamSessionRequest) error {
+	if why, bad := undecodable(req); bad {
+		// Like any rejected frame: an in-stream error, the stream stays.
+		e := undecodableErr(why)
+		st.enqueue(ctx, &macpv1.StreamSessionResponse{Response: &macpv1.StreamSessionResponse_Error{Error: &macpv1.MACPError{Code: string(e.Code), Message: e.Message}}})
+		return nil
+	}
 	env, sub := req.GetEnvelope(), req.GetSubscribeSessionId()
 	switch {
 	case env != nil && sub != "":
