@@ -114,4 +114,3 @@ func (d *decodeCheckedStream) RecvMsg(m any) error {
 	}
 	return nil
 }
-

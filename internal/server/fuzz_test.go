@@ -107,4 +107,3 @@ func fuzzStream(ctx context.Context, e *testEnv, req []byte) error {
 		}
 	}
 }
-
