@@ -118,8 +118,9 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 	rt := runtime.New(st, BuiltinModes(), policy.DefaultOnly{}, runtime.Options{
 		Limits:                      lim,
 		MaxOpenSessionsPerInitiator: cfg.MaxOpenSessions,
-		Rates:                       runtimeRates(cfg),  // limits.go
-		StreamBuffers:               streamBuffers(cfg), // limits.go
+		Rates:                       runtimeRates(cfg),   // limits.go
+		StreamBuffers:               streamBuffers(cfg),  // limits.go
+		Registry:                    registryLimits(cfg), // limits.go
 		StrictRecovery:              cfg.StrictRecovery,
 		Retention:                   cfg.Retention,
 		EvictAfter:                  cfg.EvictAfter,
@@ -236,7 +237,7 @@ func (a *App) Start(ctx context.Context) error {
 		}
 	}
 	a.lis = lis
-	lis = server.LimitListener(lis, a.cfg.Limits.MaxConnections) // MACP_MAX_CONNECTIONS
+	lis = server.LimitListener(a.svc.GuardListener(lis), a.cfg.Limits.MaxConnections) // MACP_MAX_CONNECTIONS(_PER_ADDR), MACP_FIRST_CALL_TIMEOUT_MS
 	go func() { a.served <- a.grpc.Serve(lis) }()
 	a.log.Info("macpd serving", "addr", lis.Addr().String(), "version", Version,
 		"store", map[bool]string{true: "memory", false: a.cfg.DataDir}[a.cfg.MemoryOnly],
@@ -267,6 +268,9 @@ func (a *App) Metrics() *prometheus.Registry { return a.metrics }
 
 // Runtime exposes the runtime (tests, tools).
 func (a *App) Runtime() *runtime.Runtime { return a.rt }
+
+// Service is the gRPC service (tests read its counters).
+func (a *App) Service() *server.Service { return a.svc }
 
 // Served reports the result of Serve once it returns.
 func (a *App) Served() <-chan error { return a.served }

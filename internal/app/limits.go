@@ -29,6 +29,8 @@ func serverLimits(cfg config.Config) server.Limits {
 		KeepaliveTime:         l.KeepaliveTime,
 		KeepaliveTimeout:      l.KeepaliveTimeout,
 		KeepaliveMinTime:      l.KeepaliveMinTime,
+		MaxConnectionsPerAddr: l.MaxConnectionsPerAddr,
+		FirstCallTimeout:      l.FirstCallTimeout,
 	}
 }
 
@@ -42,5 +44,14 @@ func streamBuffers(cfg config.Config) runtime.StreamBudgetOptions {
 		PerStream:    cfg.Limits.StreamBufferBytes,
 		Total:        cfg.Limits.StreamBufferBudgetBytes,
 		StallTimeout: stall,
+	}
+}
+
+// registryLimits bound registered extension modes and policies.
+func registryLimits(cfg config.Config) runtime.RegistryLimits {
+	return runtime.RegistryLimits{
+		MaxExtModes:        cfg.Limits.MaxExtModes,
+		MaxPolicies:        cfg.Limits.MaxPolicies,
+		MaxDescriptorBytes: cfg.Limits.MaxDescriptorBytes,
 	}
 }

@@ -94,6 +94,7 @@ func Default() Config {
 		MaxPayloadBytes: 1 << 20,
 		MaxTTL:          24 * time.Hour,
 		MaxParticipants: 1000,
+		MaxOpenSessions: 100,
 		StartSkew:       5 * time.Minute,
 		LogLevel:        "info",
 		LogFormat:       "text",

@@ -29,6 +29,7 @@ func TestDefault(t *testing.T) {
 		MaxPayloadBytes: 1048576,
 		MaxTTL:          86400000 * time.Millisecond,
 		MaxParticipants: 1000,
+		MaxOpenSessions: 100,
 		StartSkew:       5 * time.Minute,
 		LogLevel:        "info",
 		LogFormat:       "text",
@@ -42,7 +43,7 @@ func TestDefault(t *testing.T) {
 	if c != want {
 		t.Fatalf("Default()\n got %+v\nwant %+v", c, want)
 	}
-	if c.AllowInsecure || c.TLSCertPath != "" || c.TLSKeyPath != "" || c.MaxOpenSessions != 0 {
+	if c.AllowInsecure || c.TLSCertPath != "" || c.TLSKeyPath != "" {
 		t.Fatalf("security or quota on by default: %+v", c)
 	}
 	if c.AdminAddr != "" || c.AdminPprof {
@@ -269,8 +270,8 @@ func TestValidateListsAllProblems(t *testing.T) {
 		}
 	}
 	var joined interface{ Unwrap() []error }
-	if !errors.As(err, &joined) || len(joined.Unwrap()) != 16 {
-		t.Errorf("want 16 separate problems, got:\n%v", err)
+	if !errors.As(err, &joined) || len(joined.Unwrap()) != 19 {
+		t.Errorf("want 19 separate problems, got:\n%v", err)
 	}
 }
 

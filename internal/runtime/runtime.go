@@ -68,6 +68,9 @@ type Options struct {
 	// StreamBuffers bounds what streams hold for their clients
 	// (streambudget.go); zero fields take DefaultStreamBudget's values.
 	StreamBuffers StreamBudgetOptions
+	// Registry bounds registered extension modes and policies
+	// (registrylimits.go); zero fields take DefaultRegistryLimits' values.
+	Registry RegistryLimits
 }
 
 func (o *Options) ensureDefaults() {
@@ -77,6 +80,7 @@ func (o *Options) ensureDefaults() {
 	if o.MaxCommitBatch <= 0 {
 		o.MaxCommitBatch = 256
 	}
+	o.Registry.ensureDefaults()
 	if o.SubscriberBuffer <= 0 {
 		o.SubscriberBuffer = 1024
 	}

@@ -65,7 +65,8 @@ type Service struct {
 	drain    context.Context
 	drainNow context.CancelFunc
 
-	lim *streamLimits // stream counters (limits.go)
+	lim   *streamLimits // stream counters (limits.go)
+	guard *connGuard    // per-address connections, first-call deadline (connguard.go)
 }
 
 // New returns the service over rt, authenticating with a.
@@ -74,7 +75,8 @@ func New(rt *runtime.Runtime, a auth.Authenticator, opts Options) *Service {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	drain, drainNow := context.WithCancel(context.Background())
-	return &Service{rt: rt, auth: a, opts: opts, log: opts.Logger, drain: drain, drainNow: drainNow, lim: newStreamLimits(opts.Limits)}
+	return &Service{rt: rt, auth: a, opts: opts, log: opts.Logger, drain: drain, drainNow: drainNow, lim: newStreamLimits(opts.Limits),
+		guard: newConnGuard(opts.Limits.MaxConnectionsPerAddr, opts.Limits.FirstCallTimeout)}
 }
 
 // Drain ends every open stream (the watch streams idle until the client
@@ -188,6 +190,7 @@ func (s *Service) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *heal
 		grpc.ChainStreamInterceptor(s.StreamInterceptor, s.limitStream, s.decodeStream), // limits.go: stream slots, WatchSignals filter; codec.go
 		// Undecodable requests are the client's error, not INTERNAL (codec.go).
 		grpc.ForceServerCodecV2(newRequestCodec()),
+		s.guardOption(), // connguard.go
 	}
 	opts = append(opts, s.limitOptions()...) // limits.go: streams per connection, keepalive, handshake
 	if s.opts.MaxRecvBytes > 0 {
