@@ -105,7 +105,8 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 			return nil, fmt.Errorf("opening the store in %s: %w", cfg.DataDir, err)
 		}
 		st = ps
-		reg.MustRegister(ps.Collector()) // macpd_store_*
+		reg.MustRegister(ps.Collector())       // macpd_store_*
+		reg.MustRegister(ps.HealthCollector()) // macpd_store_failed
 	}
 	rm := runtime.NewMetrics() // macpd_commit_*, macpd_sessions_*, ...
 	reg.MustRegister(rm)
@@ -177,6 +178,9 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 	a.grpc, a.health = svc.NewGRPCServer(opts...)
 	if cfg.AdminAddr != "" {
 		a.admin = admin.New(cfg, a.metrics, log)
+		if f, ok := st.(interface{ Failed() error }); ok {
+			a.admin.SetHealth(f.Failed) // /healthz: 503 once the store failed
+		}
 	}
 	return a, nil
 }
