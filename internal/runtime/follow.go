@@ -61,8 +61,13 @@ import (
 // Slow followers: a follower's speed never affects the committer or the
 // other followers. Memory per session is the ring (at most followTailMax
 // pointers and followTailMaxBytes of records) whatever the number of
-// followers, plus the record each follower is delivering. A follower that
-// fell out of the ring catches up from the store.
+// followers. A follower that fell out of the ring catches up from the
+// store, in chunks read with no iterator open while it delivers. What a
+// follower and its consumer hold beyond the ring is bounded by its
+// StreamWindow (FollowOptions.Window, streambudget.go): a record is
+// charged before it is read or handed on, so a consumer that does not
+// read makes its follower wait, not queue; a stalled one is ended with
+// RATE_LIMITED.
 
 // The tail's ring starts with followTailMin slots and doubles, up to
 // followTailMax, when a follower finds itself more than half a ring behind
