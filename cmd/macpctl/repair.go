@@ -25,18 +25,11 @@ func init() {
 // or the moved files, then one "QUARANTINED <session id>" line per
 // quarantined session and a summary.
 func (c *cli) repair(args []string) error {
-	def := c.env("MACP_DATA_DIR")
-	if def == "" {
-		def = config.Default().DataDir
-	}
-	dir := c.fs.String("data-dir", def, "the data directory (MACP_DATA_DIR)")
-	if _, err := c.parse(args, 0); err != nil {
+	dir, err := c.dataDirArg(args)
+	if err != nil {
 		return err
 	}
-	if fi, err := os.Stat(*dir); err != nil || !fi.IsDir() {
-		return usagef("no data directory at %s (set --data-dir or MACP_DATA_DIR)", *dir)
-	}
-	rep, err := pebblestore.Repair(*dir, nil)
+	rep, err := pebblestore.Repair(dir, nil)
 	if err != nil {
 		return fmt.Errorf("%w (is macpd still running on it? stop it first)", err)
 	}
@@ -53,4 +46,21 @@ func (c *cli) repair(args []string) error {
 	fmt.Fprintf(c.stdout, "%d damaged log file(s) moved to %s, %d session(s) quarantined; start macpd again\n",
 		len(rep.Moved), rep.MovedTo, len(rep.Quarantined))
 	return nil
+}
+
+// dataDirArg parses --data-dir (default MACP_DATA_DIR, then the default
+// data directory) as the only flag of args and checks that it exists.
+func (c *cli) dataDirArg(args []string) (string, error) {
+	def := c.env("MACP_DATA_DIR")
+	if def == "" {
+		def = config.Default().DataDir
+	}
+	dir := c.fs.String("data-dir", def, "the data directory (MACP_DATA_DIR)")
+	if _, err := c.parse(args, 0); err != nil {
+		return "", err
+	}
+	if fi, err := os.Stat(*dir); err != nil || !fi.IsDir() {
+		return "", usagef("no data directory at %s (set --data-dir or MACP_DATA_DIR)", *dir)
+	}
+	return *dir, nil
 }
