@@ -111,7 +111,7 @@ func DefaultLimits() LimitsConfig {
 		FirstCallTimeout:        15 * time.Second,
 		MaxExtModes:             64,
 		MaxPolicies:             256,
-		MaxDescriptorBytes:      64 << 10,
+		MaxDescriptorBytes:      128 << 10, // a policy's rules alone may take 64 KiB
 	}
 }
 

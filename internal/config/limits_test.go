@@ -17,7 +17,7 @@ func TestDefaultLimits(t *testing.T) {
 		HandshakeTimeout: 10 * time.Second, MaxConnectionIdle: 5 * time.Minute, KeepaliveTime: time.Minute,
 		KeepaliveTimeout: 20 * time.Second, KeepaliveMinTime: 10 * time.Second,
 		StreamBufferBytes: 1 << 20, StreamBufferBudgetBytes: 256 << 20, StreamStallTimeout: 30 * time.Second,
-		MaxConnectionsPerAddr: 128, FirstCallTimeout: 15 * time.Second, MaxExtModes: 64, MaxPolicies: 256, MaxDescriptorBytes: 64 << 10,
+		MaxConnectionsPerAddr: 128, FirstCallTimeout: 15 * time.Second, MaxExtModes: 64, MaxPolicies: 256, MaxDescriptorBytes: 128 << 10,
 	}
 	if l != want {
 		t.Fatalf("defaults\n got %+v\nwant %+v", l, want)

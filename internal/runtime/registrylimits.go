@@ -23,7 +23,7 @@ type RegistryLimits struct {
 }
 
 // DefaultRegistryLimits are the documented defaults.
-var DefaultRegistryLimits = RegistryLimits{MaxExtModes: 64, MaxPolicies: 256, MaxDescriptorBytes: 64 << 10}
+var DefaultRegistryLimits = RegistryLimits{MaxExtModes: 64, MaxPolicies: 256, MaxDescriptorBytes: 128 << 10}
 
 // registryTotalBytes bounds the encoded descriptors of each registry
 // together, whatever the settings, so a list answer stays well under

@@ -42,14 +42,14 @@ type guardedConn struct {
 	g      *connGuard
 	ip     string
 	called atomic.Bool
-	timer  *time.Timer
+	timer  atomic.Pointer[time.Timer]
 	once   sync.Once
 }
 
 func (c *guardedConn) Close() error {
 	c.once.Do(func() {
-		if c.timer != nil {
-			c.timer.Stop()
+		if tm := c.timer.Load(); tm != nil {
+			tm.Stop()
 		}
 		g := c.g
 		g.mu.Lock()
@@ -92,12 +92,12 @@ func (l *guardListener) Accept() (net.Conn, error) {
 		g.byAddr[c.RemoteAddr().String()] = gc
 		g.mu.Unlock()
 		if g.firstCall > 0 {
-			gc.timer = time.AfterFunc(g.firstCall, func() {
+			gc.timer.Store(time.AfterFunc(g.firstCall, func() {
 				if !gc.called.Load() {
 					g.reaped.Add(1)
 					_ = gc.Close()
 				}
-			})
+			}))
 		}
 		return gc, nil
 	}
@@ -124,8 +124,8 @@ func (g *connGuard) HandleConn(context.Context, stats.ConnStats) {}
 func (g *connGuard) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
 	if gc, ok := ctx.Value(guardConnKey{}).(*guardedConn); ok && !gc.called.Load() {
 		gc.called.Store(true)
-		if gc.timer != nil {
-			gc.timer.Stop()
+		if tm := gc.timer.Load(); tm != nil {
+			tm.Stop()
 		}
 	}
 	return ctx

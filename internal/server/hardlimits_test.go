@@ -105,6 +105,7 @@ func TestPolicyRegistryIsBounded(t *testing.T) {
 // RATE_LIMITED, another identity is not affected.
 func TestOpenSessionsPerIdentityCappedByDefault(t *testing.T) {
 	cfg := testConfig()
+	cfg.MaxOpenSessions = config.Default().MaxOpenSessions
 	if cfg.MaxOpenSessions != 100 {
 		t.Fatalf("default MACP_MAX_OPEN_SESSIONS %d, want 100", cfg.MaxOpenSessions)
 	}

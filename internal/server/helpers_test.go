@@ -48,6 +48,8 @@ func testConfig() config.Config {
 	// Tests drive many sessions from one sender; the rate limits have
 	// their own tests (limits_enforced_test.go, abuse_test.go).
 	cfg.Limits.SessionStartsPerMinute, cfg.Limits.MessagesPerMinute = 0, 0
+	// Nor the open-session cap (its own test: hardlimits_test.go).
+	cfg.MaxOpenSessions = 0
 	return cfg
 }
 
