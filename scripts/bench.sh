@@ -136,8 +136,9 @@ pids+=($each_pid)
 each_addr=$(wait_for "$dir/durecho-each.out" '127\.0\.0\.1:[0-9]+')
 
 export MACP_ALLOW_INSECURE=1 MACP_BIND_ADDR=127.0.0.1:0 MACP_LOG_LEVEL=info MACP_LOG_FORMAT=text
-# The load generator is one sender: lift the per-sender rate limits.
-export MACP_SESSION_START_LIMIT_PER_MINUTE=0 MACP_MESSAGE_LIMIT_PER_MINUTE=0
+# The load generator is one sender: lift the per-sender rate limits and
+# its cap of OPEN sessions (the default 100 per initiator).
+export MACP_SESSION_START_LIMIT_PER_MINUTE=0 MACP_MESSAGE_LIMIT_PER_MINUTE=0 MACP_MAX_OPEN_SESSIONS=0
 if [ -z "${MACP_DATA_DIR:-}" ]; then
 	MACP_DATA_DIR=$dir/macpd-data
 	rm -rf "$MACP_DATA_DIR"

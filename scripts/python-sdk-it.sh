@@ -21,6 +21,16 @@
 #   MACP_IT_NO_INSTALL=1 never call apt-get; fail if tools are missing.
 #   PYTEST_TIMEOUT   per-test timeout in seconds (pytest-timeout; default 120).
 #
+# Known defect of the official suite: test_after_sequence_skips_history_replay
+# reads a quiet stream with a 0.2 s timeout and counts the timeout as a
+# failure, so it passes only against a runtime that sends something (a
+# heartbeat) at least every 0.2 s. macpd's heartbeat default is 15 s
+# (MACP_STREAM_HEARTBEAT_MS), chosen for production, so that test fails
+# unless the runtime is started with MACP_STREAM_HEARTBEAT_MS=100. The
+# one-line fix in the test is to treat the read timeout as "no replayed
+# history" (the assertion it wants) instead of an error, e.g. catch the
+# timeout around the 0.2 s read and `assert not replayed`.
+#
 # The runtime must already be listening (e.g. `MACP_ALLOW_INSECURE=1 macpd`
 # on 127.0.0.1:50051); this script does not start it.
 #

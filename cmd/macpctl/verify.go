@@ -2,9 +2,7 @@ package main
 
 import (
 	"fmt"
-	"os"
 
-	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store/pebblestore"
@@ -34,18 +32,11 @@ func (e verifyFailed) Error() string { return fmt.Sprintf("%d session(s) failed 
 // then "N sessions verified, N failed". Replay uses this build's modes plus
 // the extension modes registered durably in the store.
 func (c *cli) verify(args []string) error {
-	def := c.env("MACP_DATA_DIR")
-	if def == "" {
-		def = config.Default().DataDir
-	}
-	dir := c.fs.String("data-dir", def, "the data directory (MACP_DATA_DIR)")
-	if _, err := c.parse(args, 0); err != nil {
+	dir, err := c.dataDirArg(args) // repair.go
+	if err != nil {
 		return err
 	}
-	if fi, err := os.Stat(*dir); err != nil || !fi.IsDir() {
-		return usagef("no data directory at %s (set --data-dir or MACP_DATA_DIR)", *dir)
-	}
-	st, err := pebblestore.Open(*dir, pebblestore.Options{ReadOnly: true})
+	st, err := pebblestore.Open(dir, pebblestore.Options{ReadOnly: true})
 	if err != nil {
 		return fmt.Errorf("%w (is macpd still running on it? stop it first)", err)
 	}

@@ -31,8 +31,9 @@ const (
 
 // Server is the admin HTTP endpoint.
 type Server struct {
-	srv *http.Server
-	log *slog.Logger
+	srv    *http.Server
+	log    *slog.Logger
+	health *healthState // health.go
 }
 
 // New builds the endpoint for cfg (cfg.AdminPprof decides whether the
@@ -49,10 +50,8 @@ func New(cfg config.Config, reg *prometheus.Registry, log *slog.Logger) *Server 
 		Registry:      reg,                      // promhttp_metric_handler_errors_total
 	})
 	mux.Handle("GET /metrics", promhttp.InstrumentMetricHandler(reg, metrics))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("ok"))
-	})
+	hs := &healthState{}
+	mux.HandleFunc("GET /healthz", hs.serve) // health.go
 	if cfg.AdminPprof {
 		// pprof.Index serves the named profiles (heap, goroutine, ...)
 		// under /debug/pprof/<name>; it expects exactly this prefix.
@@ -63,7 +62,8 @@ func New(cfg config.Config, reg *prometheus.Registry, log *slog.Logger) *Server 
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return &Server{
-		log: log,
+		health: hs,
+		log:    log,
 		srv: &http.Server{
 			Handler:           mux,
 			ReadHeaderTimeout: ReadHeaderTimeout,

@@ -96,7 +96,8 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 			return nil, fmt.Errorf("opening the store in %s: %w", cfg.DataDir, err)
 		}
 		st = ps
-		reg.MustRegister(ps.Collector()) // macpd_store_*
+		reg.MustRegister(ps.Collector())       // macpd_store_*
+		reg.MustRegister(ps.HealthCollector()) // macpd_store_failed
 	}
 	rm := runtime.NewMetrics() // macpd_commit_*, macpd_sessions_*, ...
 	reg.MustRegister(rm)
@@ -109,7 +110,9 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 	rt := runtime.New(st, BuiltinModes(), policy.DefaultOnly{}, runtime.Options{
 		Limits:                      lim,
 		MaxOpenSessionsPerInitiator: cfg.MaxOpenSessions,
-		Rates:                       runtimeRates(cfg), // limits.go
+		Rates:                       runtimeRates(cfg),   // limits.go
+		StreamBuffers:               streamBuffers(cfg),  // limits.go
+		Registry:                    registryLimits(cfg), // limits.go
 		StrictRecovery:              cfg.StrictRecovery,
 		Retention:                   cfg.Retention,
 		EvictAfter:                  cfg.EvictAfter,
@@ -171,6 +174,9 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 	a.grpc, a.health = svc.NewGRPCServer(opts...)
 	if cfg.AdminAddr != "" {
 		a.admin = admin.New(cfg, a.metrics, log)
+		if f, ok := st.(interface{ Failed() error }); ok {
+			a.admin.SetHealth(f.Failed) // /healthz: 503 once the store failed
+		}
 	}
 	if cfg.HTTP.Addr != "" {
 		a.http = &httpBinding{srv: newHTTP(cfg, rt, authn, svc, httpTLS, a)}
@@ -245,7 +251,7 @@ func (a *App) Start(ctx context.Context) error {
 	a.lis = lis
 	// snapshots.go: the MACP_SNAPSHOT_DIR writer.
 	a.startSnapshots()
-	lis = server.LimitListener(lis, a.cfg.Limits.MaxConnections) // MACP_MAX_CONNECTIONS
+	lis = server.LimitListener(a.svc.GuardListener(lis), a.cfg.Limits.MaxConnections) // MACP_MAX_CONNECTIONS(_PER_ADDR), MACP_FIRST_CALL_TIMEOUT_MS
 	go func() { a.served <- a.grpc.Serve(lis) }()
 	a.log.Info("macpd serving", "addr", lis.Addr().String(), "version", Version,
 		"store", map[bool]string{true: "memory", false: a.cfg.DataDir}[a.cfg.MemoryOnly],
@@ -276,6 +282,9 @@ func (a *App) Metrics() *prometheus.Registry { return a.metrics }
 
 // Runtime exposes the runtime (tests, tools).
 func (a *App) Runtime() *runtime.Runtime { return a.rt }
+
+// Service is the gRPC service (tests read its counters).
+func (a *App) Service() *server.Service { return a.svc }
 
 // Served reports the result of Serve once it returns.
 func (a *App) Served() <-chan error { return a.served }

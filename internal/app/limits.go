@@ -29,5 +29,29 @@ func serverLimits(cfg config.Config) server.Limits {
 		KeepaliveTime:         l.KeepaliveTime,
 		KeepaliveTimeout:      l.KeepaliveTimeout,
 		KeepaliveMinTime:      l.KeepaliveMinTime,
+		MaxConnectionsPerAddr: l.MaxConnectionsPerAddr,
+		FirstCallTimeout:      l.FirstCallTimeout,
+	}
+}
+
+// streamBuffers are the bounds of stream buffers (runtime/streambudget.go).
+func streamBuffers(cfg config.Config) runtime.StreamBudgetOptions {
+	stall := cfg.Limits.StreamStallTimeout
+	if stall == 0 {
+		stall = -1 // never
+	}
+	return runtime.StreamBudgetOptions{
+		PerStream:    cfg.Limits.StreamBufferBytes,
+		Total:        cfg.Limits.StreamBufferBudgetBytes,
+		StallTimeout: stall,
+	}
+}
+
+// registryLimits bound registered extension modes and policies.
+func registryLimits(cfg config.Config) runtime.RegistryLimits {
+	return runtime.RegistryLimits{
+		MaxExtModes:        cfg.Limits.MaxExtModes,
+		MaxPolicies:        cfg.Limits.MaxPolicies,
+		MaxDescriptorBytes: cfg.Limits.MaxDescriptorBytes,
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"strings"
 	"sync"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/macpd/macpd/internal/coord"
 	"google.golang.org/grpc/metadata"
@@ -88,17 +86,7 @@ func BearerToken(md metadata.MD) string {
 // at most 256 bytes, valid UTF-8 (it travels in proto3 string fields, which
 // refuse anything else), printable, no surrounding space, and not starting
 // with '_' (reserved for the runtime's own envelopes, coord.RuntimeSender).
-func ValidSender(s string) bool {
-	if s == "" || len(s) > 256 || s[0] == '_' || strings.TrimSpace(s) != s || !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if !unicode.IsPrint(r) {
-			return false
-		}
-	}
-	return true
-}
+func ValidSender(s string) bool { return coord.ValidAgentID(s) }
 
 // Dev is the development authenticator: the bearer token (or the
 // x-macp-agent-id header) IS the agent id. It must only be enabled with the

@@ -29,11 +29,12 @@ func TestDefault(t *testing.T) {
 		MaxPayloadBytes: 1048576,
 		MaxTTL:          86400000 * time.Millisecond,
 		MaxParticipants: 1000,
+		MaxOpenSessions: 100,
 		StartSkew:       5 * time.Minute,
 		LogLevel:        "info",
 		LogFormat:       "text",
 		ShutdownGrace:   10 * time.Second,
-		StreamHeartbeat: 100 * time.Millisecond,
+		StreamHeartbeat: 15 * time.Second,
 		EvictAfter:      5 * time.Minute,
 		GCPercent:       200,
 		GCMinHeap:       64 << 20,
@@ -44,7 +45,7 @@ func TestDefault(t *testing.T) {
 	if c != want {
 		t.Fatalf("Default()\n got %+v\nwant %+v", c, want)
 	}
-	if c.AllowInsecure || c.TLSCertPath != "" || c.TLSKeyPath != "" || c.MaxOpenSessions != 0 {
+	if c.AllowInsecure || c.TLSCertPath != "" || c.TLSKeyPath != "" {
 		t.Fatalf("security or quota on by default: %+v", c)
 	}
 	if c.AdminAddr != "" || c.AdminPprof {
@@ -199,7 +200,7 @@ func TestFlagsOverrideEnv(t *testing.T) {
 		BindAddr: "127.0.0.1:7001", DataDir: "d", MemoryOnly: true, AllowInsecure: false,
 		TLSCertPath: "c.pem", TLSKeyPath: "k.pem", MaxPayloadBytes: 100, MaxTTL: 2 * time.Hour,
 		MaxParticipants: 9, MaxOpenSessions: 4, StartSkew: 0, LogLevel: "debug", LogFormat: "json",
-		ShutdownGrace: time.Second, StreamHeartbeat: 100 * time.Millisecond, EvictAfter: 5 * time.Minute,
+		ShutdownGrace: time.Second, StreamHeartbeat: 15 * time.Second, EvictAfter: 5 * time.Minute,
 		Limits: DefaultLimits(), Snapshots: DefaultSnapshots(), HTTP: DefaultHTTP(), AdminAddr: "10.0.0.5:9100", AdminPprof: true, GCPercent: 300, MemoryLimit: 2048,
 	}
 	if c != want {
@@ -265,15 +266,15 @@ func TestValidateListsAllProblems(t *testing.T) {
 		"MACP_BIND_ADDR", "MACP_DATA_DIR", "MACP_TLS_KEY_PATH", "MACP_MAX_PAYLOAD_BYTES", "MACP_MAX_TTL_MS",
 		"MACP_MAX_PARTICIPANTS", "MACP_MAX_OPEN_SESSIONS", "MACP_START_SKEW_MS", "MACP_SHUTDOWN_GRACE_MS",
 		"MACP_LOG_LEVEL", "MACP_LOG_FORMAT", "MACP_ADMIN_ADDR", "MACP_GC_PERCENT", "MACP_MEMORY_LIMIT_BYTES", "MACP_GC_MIN_HEAP_BYTES",
-		`"localhost"`, `"verbose"`, `"xml"`, `"9090"`,
+		"MACP_STREAM_BUFFER_BYTES", `"localhost"`, `"verbose"`, `"xml"`, `"9090"`,
 	} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error does not mention %s:\n%v", s, err)
 		}
 	}
 	var joined interface{ Unwrap() []error }
-	if !errors.As(err, &joined) || len(joined.Unwrap()) != 15 {
-		t.Errorf("want 15 separate problems, got:\n%v", err)
+	if !errors.As(err, &joined) || len(joined.Unwrap()) != 19 {
+		t.Errorf("want 19 separate problems, got:\n%v", err)
 	}
 }
 

@@ -59,6 +59,32 @@ type LimitsConfig struct {
 	// more often is disconnected (GOAWAY ENHANCE_YOUR_CALM). 0 means gRPC's
 	// default, 5 min (MACP_KEEPALIVE_MIN_TIME_MS, --keepalive-min-time).
 	KeepaliveMinTime time.Duration
+	// StreamBufferBytes bounds what one stream holds for a client that has
+	// not taken it yet (records read for it, queued, or in the HTTP/2 send
+	// queue); one record is always allowed (MACP_STREAM_BUFFER_BYTES,
+	// --stream-buffer-bytes). Not 0.
+	StreamBufferBytes int64
+	// StreamBufferBudgetBytes bounds what all streams hold together
+	// (MACP_STREAM_BUFFER_BUDGET_BYTES, --stream-buffer-budget). Not 0.
+	StreamBufferBudgetBytes int64
+	// StreamStallTimeout ends a stream whose client took nothing for this
+	// long while records were waiting for it, with RATE_LIMITED; the
+	// client resumes from its cursor (MACP_STREAM_STALL_TIMEOUT_MS,
+	// --stream-stall-timeout). 0 = never.
+	StreamStallTimeout time.Duration
+	// MaxConnectionsPerAddr caps the connections one client IP address has
+	// open; further ones are closed when accepted
+	// (MACP_MAX_CONNECTIONS_PER_ADDR, --max-connections-per-addr).
+	MaxConnectionsPerAddr int
+	// FirstCallTimeout closes a connection that has not started a call this
+	// long after it was accepted (MACP_FIRST_CALL_TIMEOUT_MS,
+	// --first-call-timeout).
+	FirstCallTimeout time.Duration
+	// MaxExtModes, MaxPolicies and MaxDescriptorBytes bound what clients
+	// may register (MACP_MAX_EXT_MODES, MACP_MAX_POLICIES,
+	// MACP_MAX_DESCRIPTOR_BYTES; --max-ext-modes, --max-policies,
+	// --max-descriptor-bytes). Not 0.
+	MaxExtModes, MaxPolicies, MaxDescriptorBytes int
 }
 
 // DefaultLimits returns the documented defaults. The two rates are the
@@ -77,6 +103,15 @@ func DefaultLimits() LimitsConfig {
 		KeepaliveTime:          time.Minute,
 		KeepaliveTimeout:       20 * time.Second,
 		KeepaliveMinTime:       10 * time.Second,
+		// What one stream and all streams may hold (runtime/streambudget.go).
+		StreamBufferBytes:       1 << 20,
+		StreamBufferBudgetBytes: 256 << 20,
+		StreamStallTimeout:      30 * time.Second,
+		MaxConnectionsPerAddr:   128,
+		FirstCallTimeout:        15 * time.Second,
+		MaxExtModes:             64,
+		MaxPolicies:             256,
+		MaxDescriptorBytes:      128 << 10, // a policy's rules alone may take 64 KiB
 	}
 }
 
@@ -95,6 +130,26 @@ func (c *Config) validateLimits() []error {
 	nonNegative("MACP_MAX_CONNECTIONS (--max-connections)", int64(l.MaxConnections))
 	nonNegative("MACP_MAX_STREAMS_PER_IDENTITY (--max-streams-per-identity)", int64(l.MaxStreamsPerIdentity))
 	nonNegative("MACP_MAX_STREAMS_PER_SESSION (--max-streams-per-session)", int64(l.MaxStreamsPerSession))
+	nonNegative("MACP_MAX_CONNECTIONS_PER_ADDR (--max-connections-per-addr)", int64(l.MaxConnectionsPerAddr))
+	for _, v := range []struct {
+		name string
+		n    int
+	}{
+		{"MACP_MAX_EXT_MODES (--max-ext-modes)", l.MaxExtModes},
+		{"MACP_MAX_POLICIES (--max-policies)", l.MaxPolicies},
+		{"MACP_MAX_DESCRIPTOR_BYTES (--max-descriptor-bytes)", l.MaxDescriptorBytes},
+	} {
+		if v.n <= 0 {
+			errs = append(errs, fmt.Errorf("%s %d must be positive", v.name, v.n))
+		}
+	}
+	if l.StreamBufferBytes <= 0 {
+		errs = append(errs, fmt.Errorf("MACP_STREAM_BUFFER_BYTES (--stream-buffer-bytes) %d must be positive", l.StreamBufferBytes))
+	}
+	if l.StreamBufferBudgetBytes < l.StreamBufferBytes {
+		errs = append(errs, fmt.Errorf("MACP_STREAM_BUFFER_BUDGET_BYTES (--stream-buffer-budget) %d must be at least MACP_STREAM_BUFFER_BYTES (%d)",
+			l.StreamBufferBudgetBytes, l.StreamBufferBytes))
+	}
 	if l.MaxConcurrentStreams < 0 || int64(l.MaxConcurrentStreams) > math.MaxUint32 {
 		errs = append(errs, fmt.Errorf("MACP_MAX_CONCURRENT_STREAMS (--max-concurrent-streams) %d must be between 0 (no limit) and %d",
 			l.MaxConcurrentStreams, uint32(math.MaxUint32)))
@@ -109,6 +164,8 @@ func (c *Config) validateLimits() []error {
 		{"MACP_KEEPALIVE_TIME_MS (--keepalive-time)", l.KeepaliveTime},
 		{"MACP_KEEPALIVE_TIMEOUT_MS (--keepalive-timeout)", l.KeepaliveTimeout},
 		{"MACP_KEEPALIVE_MIN_TIME_MS (--keepalive-min-time)", l.KeepaliveMinTime},
+		{"MACP_STREAM_STALL_TIMEOUT_MS (--stream-stall-timeout)", l.StreamStallTimeout},
+		{"MACP_FIRST_CALL_TIMEOUT_MS (--first-call-timeout)", l.FirstCallTimeout},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s %v must not be negative", d.name, d.v))
@@ -158,6 +215,24 @@ func (c *Config) limitsFromEnv(lookup Env) []error {
 	millis("MACP_KEEPALIVE_TIME_MS", &l.KeepaliveTime)
 	millis("MACP_KEEPALIVE_TIMEOUT_MS", &l.KeepaliveTimeout)
 	millis("MACP_KEEPALIVE_MIN_TIME_MS", &l.KeepaliveMinTime)
+	millis("MACP_STREAM_STALL_TIMEOUT_MS", &l.StreamStallTimeout)
+	millis("MACP_FIRST_CALL_TIMEOUT_MS", &l.FirstCallTimeout)
+	integer("MACP_MAX_CONNECTIONS_PER_ADDR", &l.MaxConnectionsPerAddr)
+	integer("MACP_MAX_EXT_MODES", &l.MaxExtModes)
+	integer("MACP_MAX_POLICIES", &l.MaxPolicies)
+	integer("MACP_MAX_DESCRIPTOR_BYTES", &l.MaxDescriptorBytes)
+	integer64 := func(name string, dst *int64) {
+		if v, ok := lookup(name); ok && v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %q is not an integer number of bytes", name, v))
+				return
+			}
+			*dst = n
+		}
+	}
+	integer64("MACP_STREAM_BUFFER_BYTES", &l.StreamBufferBytes)
+	integer64("MACP_STREAM_BUFFER_BUDGET_BYTES", &l.StreamBufferBudgetBytes)
 	return errs
 }
 
@@ -183,6 +258,20 @@ func (c *Config) registerLimitFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&l.KeepaliveTime, "keepalive-time", l.KeepaliveTime, "ping connections silent for this long, 0 = 2h (MACP_KEEPALIVE_TIME_MS)")
 	fs.DurationVar(&l.KeepaliveTimeout, "keepalive-timeout", l.KeepaliveTimeout,
 		"close a pinged connection that does not answer within this, 0 = 20s (MACP_KEEPALIVE_TIMEOUT_MS)")
+	fs.IntVar(&l.MaxConnectionsPerAddr, "max-connections-per-addr", l.MaxConnectionsPerAddr,
+		"connections per client IP address, 0 = unlimited (MACP_MAX_CONNECTIONS_PER_ADDR)")
+	fs.DurationVar(&l.FirstCallTimeout, "first-call-timeout", l.FirstCallTimeout,
+		"close connections that start no call this long after connecting, 0 = never (MACP_FIRST_CALL_TIMEOUT_MS)")
+	fs.IntVar(&l.MaxExtModes, "max-ext-modes", l.MaxExtModes, "registered extension modes (MACP_MAX_EXT_MODES)")
+	fs.IntVar(&l.MaxPolicies, "max-policies", l.MaxPolicies, "registered policies (MACP_MAX_POLICIES)")
+	fs.IntVar(&l.MaxDescriptorBytes, "max-descriptor-bytes", l.MaxDescriptorBytes,
+		"encoded size of one registered mode or policy descriptor (MACP_MAX_DESCRIPTOR_BYTES)")
+	fs.Int64Var(&l.StreamBufferBytes, "stream-buffer-bytes", l.StreamBufferBytes,
+		"bytes one stream may hold for a client that has not read them (MACP_STREAM_BUFFER_BYTES)")
+	fs.Int64Var(&l.StreamBufferBudgetBytes, "stream-buffer-budget", l.StreamBufferBudgetBytes,
+		"bytes all streams may hold together (MACP_STREAM_BUFFER_BUDGET_BYTES)")
+	fs.DurationVar(&l.StreamStallTimeout, "stream-stall-timeout", l.StreamStallTimeout,
+		"end a stream whose client took nothing for this long, 0 = never (MACP_STREAM_STALL_TIMEOUT_MS)")
 	fs.DurationVar(&l.KeepaliveMinTime, "keepalive-min-time", l.KeepaliveMinTime,
 		"shortest keepalive ping interval allowed to clients, 0 = 5m (MACP_KEEPALIVE_MIN_TIME_MS)")
 }

@@ -16,6 +16,8 @@ func TestDefaultLimits(t *testing.T) {
 		MaxStreamsPerIdentity: 256, MaxStreamsPerSession: 1024, UnaryTimeout: 30 * time.Second,
 		HandshakeTimeout: 10 * time.Second, MaxConnectionIdle: 5 * time.Minute, KeepaliveTime: time.Minute,
 		KeepaliveTimeout: 20 * time.Second, KeepaliveMinTime: 10 * time.Second,
+		StreamBufferBytes: 1 << 20, StreamBufferBudgetBytes: 256 << 20, StreamStallTimeout: 30 * time.Second,
+		MaxConnectionsPerAddr: 128, FirstCallTimeout: 15 * time.Second, MaxExtModes: 64, MaxPolicies: 256, MaxDescriptorBytes: 128 << 10,
 	}
 	if l != want {
 		t.Fatalf("defaults\n got %+v\nwant %+v", l, want)
@@ -39,6 +41,14 @@ func TestLimitsEnvAndFlags(t *testing.T) {
 		"MACP_KEEPALIVE_TIME_MS":              "1500",
 		"MACP_KEEPALIVE_TIMEOUT_MS":           "1600",
 		"MACP_KEEPALIVE_MIN_TIME_MS":          "0",
+		"MACP_STREAM_BUFFER_BYTES":            "1000",
+		"MACP_STREAM_BUFFER_BUDGET_BYTES":     "2000",
+		"MACP_STREAM_STALL_TIMEOUT_MS":        "0",
+		"MACP_MAX_CONNECTIONS_PER_ADDR":       "0",
+		"MACP_FIRST_CALL_TIMEOUT_MS":          "0",
+		"MACP_MAX_EXT_MODES":                  "3",
+		"MACP_MAX_POLICIES":                   "4",
+		"MACP_MAX_DESCRIPTOR_BYTES":           "5",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +58,8 @@ func TestLimitsEnvAndFlags(t *testing.T) {
 		MaxStreamsPerIdentity: 10, MaxStreamsPerSession: 11, UnaryTimeout: 1200 * time.Millisecond,
 		HandshakeTimeout: 1300 * time.Millisecond, MaxConnectionIdle: 1400 * time.Millisecond,
 		KeepaliveTime: 1500 * time.Millisecond, KeepaliveTimeout: 1600 * time.Millisecond, KeepaliveMinTime: 0,
+		StreamBufferBytes: 1000, StreamBufferBudgetBytes: 2000, StreamStallTimeout: 0,
+		MaxConnectionsPerAddr: 0, FirstCallTimeout: 0, MaxExtModes: 3, MaxPolicies: 4, MaxDescriptorBytes: 5,
 	}
 	if c.Limits != want {
 		t.Fatalf("FromEnv\n got %+v\nwant %+v", c.Limits, want)
@@ -61,14 +73,18 @@ func TestLimitsEnvAndFlags(t *testing.T) {
 	if err := fs.Parse([]string{"--session-start-limit", "1", "--message-limit", "2", "--max-connections", "3",
 		"--max-concurrent-streams", "4", "--max-streams-per-identity", "5", "--max-streams-per-session", "6",
 		"--unary-timeout", "1s", "--handshake-timeout", "2s", "--max-connection-idle", "3s", "--keepalive-time", "4s",
-		"--keepalive-timeout", "5s", "--keepalive-min-time", "6s"}); err != nil {
+		"--keepalive-timeout", "5s", "--keepalive-min-time", "6s",
+		"--stream-buffer-bytes", "7", "--stream-buffer-budget", "8", "--stream-stall-timeout", "9s",
+		"--max-connections-per-addr", "10", "--first-call-timeout", "11s", "--max-ext-modes", "12", "--max-policies", "13",
+		"--max-descriptor-bytes", "14"}); err != nil {
 		t.Fatal(err)
 	}
 	want = LimitsConfig{
 		SessionStartsPerMinute: 1, MessagesPerMinute: 2, MaxConnections: 3, MaxConcurrentStreams: 4,
 		MaxStreamsPerIdentity: 5, MaxStreamsPerSession: 6, UnaryTimeout: time.Second, HandshakeTimeout: 2 * time.Second,
 		MaxConnectionIdle: 3 * time.Second, KeepaliveTime: 4 * time.Second, KeepaliveTimeout: 5 * time.Second,
-		KeepaliveMinTime: 6 * time.Second,
+		KeepaliveMinTime: 6 * time.Second, StreamBufferBytes: 7, StreamBufferBudgetBytes: 8, StreamStallTimeout: 9 * time.Second,
+		MaxConnectionsPerAddr: 10, FirstCallTimeout: 11 * time.Second, MaxExtModes: 12, MaxPolicies: 13, MaxDescriptorBytes: 14,
 	}
 	if c.Limits != want {
 		t.Fatalf("flags\n got %+v\nwant %+v", c.Limits, want)

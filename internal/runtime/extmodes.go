@@ -64,6 +64,9 @@ func (r *Runtime) RegisterExtMode(id coord.Identity, d *macpv1.ModeDescriptor) *
 	if err := mayManage(id); err != nil {
 		return err
 	}
+	if err := r.checkDescriptorSize("mode", d); err != nil { // registrylimits.go
+		return err
+	}
 	nd, err := passthrough.Validate(d)
 	if err != nil {
 		return coord.AsError(err)
@@ -73,6 +76,9 @@ func (r *Runtime) RegisterExtMode(id coord.Identity, d *macpv1.ModeDescriptor) *
 	reg := r.modes.Load()
 	if _, exists := reg.Lookup(nd.Mode); exists {
 		return coord.Errorf(coord.CodeInvalidEnvelope, "mode %q is already registered", nd.Mode)
+	}
+	if err := r.checkExtModeRoom(reg, nd); err != nil { // registrylimits.go
+		return err
 	}
 	if old, was := r.retired[nd.Mode]; was && !proto.Equal(old.Mode.Descriptor(), nd) {
 		return coord.Errorf(coord.CodeInvalidEnvelope,

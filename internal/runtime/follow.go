@@ -61,8 +61,13 @@ import (
 // Slow followers: a follower's speed never affects the committer or the
 // other followers. Memory per session is the ring (at most followTailMax
 // pointers and followTailMaxBytes of records) whatever the number of
-// followers, plus the record each follower is delivering. A follower that
-// fell out of the ring catches up from the store.
+// followers. A follower that fell out of the ring catches up from the
+// store, in chunks read with no iterator open while it delivers. What a
+// follower and its consumer hold beyond the ring is bounded by its
+// StreamWindow (FollowOptions.Window, streambudget.go): a record is
+// charged before it is read or handed on, so a consumer that does not
+// read makes its follower wait, not queue; a stalled one is ended with
+// RATE_LIMITED.
 
 // The tail's ring starts with followTailMin slots and doubles, up to
 // followTailMax, when a follower finds itself more than half a ring behind
@@ -343,6 +348,16 @@ type FollowOptions struct {
 	// requested after only when that was beyond the end (LiveSinceMs), so
 	// transports can tell clients where counting starts.
 	OnStartAfter func(lastSeq, after uint64)
+	// Window, if set, bounds what this follower and its consumer hold
+	// (streambudget.go): every record is charged StreamCost(rec) to it
+	// before it is read from the store or handed to fn, waiting while the
+	// stream's or the global bound does not allow it; fn's consumer calls
+	// Window.Release(StreamCost(rec)) once its client has really taken
+	// the record, and Window.Close when the stream ends. A stalled window
+	// ends Follow with RATE_LIMITED. Without a Window, Follow is still
+	// paced by fn (it waits while fn does) and holds at most one store
+	// chunk besides.
+	Window *StreamWindow
 }
 
 // ErrFollowEnded is returned by Follow when the session reached a
@@ -407,12 +422,27 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 		return ErrFollowEnded
 	}
 	next := after + 1
-	deliver := func(rec session.Record) error {
+	w := opts.Window
+	// deliver hands rec to fn. charged: the window was charged for rec
+	// already (store chunks); otherwise it is charged here (tail records,
+	// which are in memory anyway), waiting while the bounds say so.
+	deliver := func(rec session.Record, charged bool) error {
 		if rec.Seq < next {
+			if charged {
+				w.Release(StreamCost(rec))
+			}
 			return nil // already delivered (store and tail overlap)
 		}
 		if rec.Seq > next {
+			if charged {
+				w.Release(StreamCost(rec))
+			}
 			return coord.Errorf(coord.CodeInternalError, "session %s: follower expected record %d, got %d", sessionID, next, rec.Seq)
+		}
+		if !charged && w != nil {
+			if err := w.Acquire(ctx, StreamCost(rec)); err != nil {
+				return err
+			}
 		}
 		next++
 		if err := fn(rec); err != nil {
@@ -435,23 +465,89 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 	done := make(chan struct{})
 	defer context.AfterFunc(ctx, func() { close(done) })()
 	cursor := func() uint64 { return next }
+	// prepaid is what the window was charged for the record at next when
+	// a chunk stopped because the bounds did not allow it (see below).
+	var prepaid int64
+	defer func() {
+		if prepaid > 0 {
+			w.Release(prepaid)
+		}
+	}()
 	for {
 		// Catch up from the store, but only with durable records: a store
 		// may show a batch before its sync completed (Pebble makes a
 		// batch visible before its WAL sync returns), and a record that
 		// is not yet durable must not reach anyone. Later records come
 		// from the tail, or from the next pass.
+		//
+		// The store is read in chunks (followChunkBytes or
+		// followChunkRecords, at least one record), each charged to the
+		// window record by record before it is kept, and delivered with
+		// no store iterator open: a consumer that does not read makes the
+		// follower wait between chunks, holding at most what its window
+		// allows. When the window does not allow the next record, the
+		// chunk ends there; the follower waits until it does (Acquire,
+		// which also ends a stalled stream), keeps that charge (prepaid)
+		// and reads on from that record.
 		limit := o.durable()
-		err := r.store.Read(ctx, sessionID, next, func(rec session.Record) error {
-			if rec.Seq > limit {
-				return errStopRead
+		for next <= limit {
+			var (
+				chunk []session.Record
+				size  int
+				want  int64
+			)
+			err := r.store.Read(ctx, sessionID, next, func(rec session.Record) error {
+				if rec.Seq > limit {
+					return errStopRead
+				}
+				if w != nil {
+					c := StreamCost(rec)
+					switch {
+					case len(chunk) == 0 && prepaid == c:
+						prepaid = 0 // charged while waiting for it
+					case !w.TryAcquire(c):
+						want = c
+						return errStopRead
+					}
+				}
+				chunk = append(chunk, rec)
+				size += recordCost(&rec)
+				if size >= followChunkBytes || len(chunk) >= followChunkRecords {
+					return errStopRead
+				}
+				return nil
+			})
+			switch {
+			case err == nil, errors.Is(err, store.ErrNotFound), errors.Is(err, errStopRead):
+			default:
+				releaseAll(w, chunk)
+				return err
 			}
-			return deliver(rec)
-		})
-		switch {
-		case err == nil, errors.Is(err, store.ErrNotFound), errors.Is(err, errStopRead):
-		default:
-			return err
+			for i := range chunk {
+				if err := deliver(chunk[i], w != nil); err != nil {
+					releaseAll(w, chunk[i+1:])
+					return err
+				}
+				chunk[i] = session.Record{} // delivered: not pinned by the chunk
+			}
+			if want > 0 {
+				if prepaid > 0 {
+					w.Release(prepaid)
+					prepaid = 0
+				}
+				if err := w.Acquire(ctx, want); err != nil {
+					return err
+				}
+				prepaid = want
+				continue
+			}
+			if len(chunk) == 0 {
+				break // nothing (more) stored up to limit
+			}
+		}
+		if prepaid > 0 {
+			w.Release(prepaid)
+			prepaid = 0
 		}
 		if next <= limit {
 			// Durable records are stored; never spin on a store that
@@ -459,11 +555,32 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 			return coord.Errorf(coord.CodeInternalError, "session %s: durable record %d is not in the store", sessionID, next)
 		}
 		// Live from the shared tail, until the follower falls out of it.
-		if err := r.followTail(ctx, o, cursor, done, deliver); err != nil {
+		if err := r.followTail(ctx, o, cursor, done, func(rec session.Record) error { return deliver(rec, false) }); err != nil {
 			return err
 		}
 	}
 }
+
+// Store chunks of a follower's catch-up (see Follow).
+const (
+	followChunkBytes   = 256 << 10
+	followChunkRecords = 256
+)
+
+// releaseAll returns the window's charges for records not delivered.
+func releaseAll(w *StreamWindow, recs []session.Record) {
+	if w == nil {
+		return
+	}
+	for _, rec := range recs {
+		w.Release(StreamCost(rec))
+	}
+}
+
+// StreamBudget returns the runtime's budget of stream buffers: transports
+// open one window per stream (StreamBudget().NewWindow()) and pass it in
+// FollowOptions.Window.
+func (r *Runtime) StreamBudget() *StreamBudget { return r.streams }
 
 var errStopRead = errors.New("stop")
 

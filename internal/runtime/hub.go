@@ -1,6 +1,9 @@
 package runtime
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // Hub fans values out to subscribers without ever blocking the publisher.
 // Each subscriber has a bounded buffer; a subscriber whose buffer is full
@@ -11,6 +14,26 @@ type Hub[T any] struct {
 	mu   sync.Mutex
 	subs map[*Sub[T]]struct{}
 	size int
+	// Optional byte bound (NewBoundedHub): a subscriber whose values not
+	// yet taken (Took) cost more than maxBytes is dropped like a full one.
+	cost     func(T) int64
+	maxBytes int64
+}
+
+// NewBoundedHub is NewHub with a second bound per subscriber: the values
+// it holds and has not yet taken (Took) may cost at most maxBytes. One
+// value is always allowed.
+func NewBoundedHub[T any](size int, maxBytes int64, cost func(T) int64) *Hub[T] {
+	h := NewHub[T](size)
+	h.cost, h.maxBytes = cost, maxBytes
+	return h
+}
+
+// Took tells a bounded hub that the subscriber received v from s.C.
+func (h *Hub[T]) Took(s *Sub[T], v T) {
+	if h.cost != nil {
+		s.pending.Add(-h.cost(v))
+	}
 }
 
 // NewHub returns a hub whose subscribers buffer up to size values.
@@ -23,10 +46,11 @@ func NewHub[T any](size int) *Hub[T] {
 
 // Sub is one subscription.
 type Sub[T any] struct {
-	C      chan T
-	done   chan struct{}
-	once   sync.Once
-	lagged bool
+	C       chan T
+	done    chan struct{}
+	once    sync.Once
+	lagged  bool
+	pending atomic.Int64 // cost of the values in C (bounded hubs)
 }
 
 // Done closes when the subscription was dropped or cancelled.
@@ -64,9 +88,22 @@ func (h *Hub[T]) Unsubscribe(s *Sub[T]) {
 func (h *Hub[T]) Publish(v T) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	var c int64
+	if h.cost != nil {
+		c = h.cost(v)
+	}
 	for s := range h.subs {
+		if c > 0 {
+			if p := s.pending.Load(); p > 0 && p+c > h.maxBytes {
+				delete(h.subs, s)
+				s.lagged = true
+				s.once.Do(func() { close(s.done) })
+				continue
+			}
+		}
 		select {
 		case s.C <- v:
+			s.pending.Add(c)
 		default:
 			delete(h.subs, s)
 			s.lagged = true

@@ -66,6 +66,13 @@ func (r *Runtime) Quarantined() map[string]string {
 // store if it is not in memory. Unknown sessions are SESSION_NOT_FOUND,
 // quarantined ones INTERNAL_ERROR.
 func (r *Runtime) sessionOwner(ctx context.Context, id string) (*owner, *coord.Error) {
+	if !coord.ValidSessionID(id) {
+		// The same answer on every call that names a session (Send,
+		// StreamSession, GetSession, CancelSession): no session can have
+		// this id.
+		return nil, coord.Errorf(coord.CodeInvalidSessionID,
+			"session_id must be a lowercase UUID v4/v7 or at least 22 base64url characters")
+	}
 	if o := r.lookup(id); o != nil {
 		return o, nil
 	}

@@ -20,6 +20,10 @@ import (
 //	macpd_sessions_resident{state}             gauge: sessions in memory, state "open" or "terminal"
 //	macpd_sessions_quarantined                 gauge: sessions refused for failed integrity checks or replay
 //	macpd_followers                            gauge: registered session followers (StreamSession readers)
+//	macpd_stream_buffer_bytes                  gauge: bytes all streams hold for their clients (streambudget.go)
+//	macpd_stream_buffer_budget_bytes           gauge: the budget of macpd_stream_buffer_bytes
+//	macpd_stream_buffer_waits_total            counter: deliveries that waited for a stream's or the global bound
+//	macpd_streams_stalled_total                counter: streams ended because their client took nothing for the stall limit
 //
 // Commit figures are counted by the completer, per group, once the
 // group's append is durable (or failed): no lock, map or allocation per
@@ -57,6 +61,14 @@ var (
 		"Sessions in memory by state: open (counted against the initiator's open-session limit, including starts in flight) or terminal.", []string{"state"}, nil)
 	descQuarantined = prometheus.NewDesc("macpd_sessions_quarantined",
 		"Sessions quarantined because their stored history failed integrity checks or replay.", nil, nil)
+	descStreamBytes = prometheus.NewDesc("macpd_stream_buffer_bytes",
+		"Bytes all streams hold for clients that have not taken them yet (counted as in StreamCost).", nil, nil)
+	descStreamBudget = prometheus.NewDesc("macpd_stream_buffer_budget_bytes",
+		"The budget of macpd_stream_buffer_bytes (MACP_STREAM_BUFFER_BUDGET_BYTES).", nil, nil)
+	descStreamWaits = prometheus.NewDesc("macpd_stream_buffer_waits_total",
+		"Deliveries that waited because a stream's bound or the global budget was reached.", nil, nil)
+	descStreamsStalled = prometheus.NewDesc("macpd_streams_stalled_total",
+		"Streams ended because their client took nothing for MACP_STREAM_STALL_TIMEOUT_MS.", nil, nil)
 	descFollowers = prometheus.NewDesc("macpd_followers",
 		"Registered session followers (StreamSession readers).", nil, nil)
 )
@@ -99,6 +111,10 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descResident
 	ch <- descQuarantined
 	ch <- descFollowers
+	ch <- descStreamBytes
+	ch <- descStreamBudget
+	ch <- descStreamWaits
+	ch <- descStreamsStalled
 }
 
 // Collect implements prometheus.Collector. The gauges hold the runtime's
@@ -121,6 +137,11 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descResident, prometheus.GaugeValue, float64(terminal), "terminal")
 	ch <- prometheus.MustNewConstMetric(descQuarantined, prometheus.GaugeValue, float64(quarantined))
 	ch <- prometheus.MustNewConstMetric(descFollowers, prometheus.GaugeValue, float64(r.followers.Load()))
+	sb := r.streams.Stats()
+	ch <- prometheus.MustNewConstMetric(descStreamBytes, prometheus.GaugeValue, float64(sb.Used))
+	ch <- prometheus.MustNewConstMetric(descStreamBudget, prometheus.GaugeValue, float64(sb.Total))
+	ch <- prometheus.MustNewConstMetric(descStreamWaits, prometheus.CounterValue, float64(sb.Waits))
+	ch <- prometheus.MustNewConstMetric(descStreamsStalled, prometheus.CounterValue, float64(sb.Stalled))
 }
 
 // group counts one started group once its outcome is known (completer).

@@ -194,6 +194,9 @@ func (r *Runtime) RegisterPolicy(id coord.Identity, pd *macpv1.PolicyDescriptor)
 	if pd == nil {
 		return coord.Errorf(coord.CodeInvalidPolicyDefinition, "policy_descriptor is required")
 	}
+	if err := r.checkDescriptorSize("policy", pd); err != nil { // registrylimits.go
+		return err
+	}
 	d := policy.Descriptor{ID: pd.PolicyId, Mode: pd.Mode, Description: pd.Description, Rules: pd.Rules, SchemaVersion: pd.SchemaVersion}
 	if _, builtin := r.policies.builtinPolicy(d.ID); builtin {
 		return coord.Errorf(coord.CodeForbidden, "policy %q is built in and reserved; it cannot be registered (RFC-MACP-0012 §2.2)", d.ID)
@@ -210,6 +213,9 @@ func (r *Runtime) RegisterPolicy(id coord.Identity, pd *macpv1.PolicyDescriptor)
 	if _, exists := (*r.policies.active.Load())[d.ID]; exists {
 		return coord.Errorf(coord.CodeInvalidPolicyDefinition,
 			"policy %q is already registered; policy ids are immutable, register the new rules under a new id (RFC-MACP-0012 §2.3, §7)", d.ID)
+	}
+	if err := r.checkPolicyRoom(pd); err != nil { // registrylimits.go
+		return err
 	}
 	if old, was := r.retiredPolicies[d.ID]; was && !old.sameRules(d) {
 		return coord.Errorf(coord.CodeInvalidPolicyDefinition,

@@ -65,6 +65,12 @@ type Options struct {
 	// only the caller's context. The server sets it to the unary call
 	// limit, so that Send needs no per-call context of its own.
 	CommitTimeout time.Duration
+	// StreamBuffers bounds what streams hold for their clients
+	// (streambudget.go); zero fields take DefaultStreamBudget's values.
+	StreamBuffers StreamBudgetOptions
+	// Registry bounds registered extension modes and policies
+	// (registrylimits.go); zero fields take DefaultRegistryLimits' values.
+	Registry RegistryLimits
 }
 
 func (o *Options) ensureDefaults() {
@@ -74,6 +80,7 @@ func (o *Options) ensureDefaults() {
 	if o.MaxCommitBatch <= 0 {
 		o.MaxCommitBatch = 256
 	}
+	o.Registry.ensureDefaults()
 	if o.SubscriberBuffer <= 0 {
 		o.SubscriberBuffer = 1024
 	}
@@ -134,6 +141,8 @@ type Runtime struct {
 	PolicyChanges *Hub[int64]
 
 	rates *senderRates // per-sender rate limits (ratelimit.go)
+	// streams is the budget of stream buffers (streambudget.go).
+	streams *StreamBudget
 	// deadlines bounds commit waits (Options.CommitTimeout; deadline.go);
 	// nil without a timeout.
 	deadlines *deadlines
@@ -241,10 +250,11 @@ func New(st store.Store, modes *mode.Registry, policies policy.Lookup, opts Opti
 		openBy:          make(map[string]int),
 		commits:         make(chan *commitReq, 4096),
 		stop:            make(chan struct{}),
-		Signals:         NewHub[*macpv1.Envelope](opts.SubscriberBuffer),
+		Signals:         NewBoundedHub(opts.SubscriberBuffer, signalWatchBytes, signalCost),
 		Lifecycle:       NewLifecycleFeed(opts.SubscriberBuffer, opts.MaxWatchPending),
 		Registry:        NewHub[int64](16),
 		rates:           newSenderRates(opts),
+		streams:         NewStreamBudget(opts.StreamBuffers, opts.Now),
 		metrics:         opts.Metrics,
 	}
 	if opts.Metrics != nil {

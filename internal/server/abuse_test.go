@@ -263,8 +263,9 @@ func TestAbuseOversizedAndMalformedFrames(t *testing.T) {
 			body              []byte
 			want              string // grpc-status; "" = any failure
 		}{
-			{"invalid protobuf", "application/grpc", grpcFrame(0, 8, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}), "13"},
-			{"wrong message type", "application/grpc", grpcFrame(0, 3, []byte{0x0a, 0x01, 0xff}), "13"},
+			// Undecodable bytes are the client's error: INVALID_ARGUMENT (codec.go).
+			{"invalid protobuf", "application/grpc", grpcFrame(0, 8, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}), "3"},
+			{"wrong message type", "application/grpc", grpcFrame(0, 3, []byte{0x0a, 0x01, 0xff}), "3"},
 			{"truncated frame", "application/grpc", grpcFrame(0, uint32(len(req)+100), req), ""},
 			{"compressed flag without compression", "application/grpc", grpcFrame(1, uint32(len(req)), req), ""},
 			{"garbage prefix", "application/grpc", []byte{0xde, 0xad}, ""},
@@ -514,12 +515,20 @@ func TestAbuseSessionIDGuessing(t *testing.T) {
 	nothing(t, watch, 50*time.Millisecond)
 	e.unchanged(t, sid, before)
 
-	// Random and malformed ids: indistinguishable from each other.
-	probes := []string{"1", "session-1", "../../etc/passwd", strings.Repeat("a", 200), "AAAAAAAAAAAAAAAAAAAAAAAAAAAA"}
-	for range 10 {
-		probes = append(probes, uuid.NewString())
+	// Random ids: SESSION_NOT_FOUND, as for a session the caller may not
+	// see. Malformed ids (no session can have them; they reveal nothing):
+	// INVALID_SESSION_ID, the same answer as Send's.
+	for _, id := range []string{"1", "session-1", "../../etc/passwd", strings.Repeat("a", 200)} {
+		_, err := e.c.GetSession(e.as(t, secOutsider), &macpv1.GetSessionRequest{SessionId: id})
+		wantStatus(t, err, codes.InvalidArgument, "INVALID_SESSION_ID")
+		_, err = e.c.CancelSession(e.as(t, secOutsider), &macpv1.CancelSessionRequest{SessionId: id})
+		wantStatus(t, err, codes.InvalidArgument, "INVALID_SESSION_ID")
 	}
-	for _, id := range probes {
+	for i := range 11 {
+		id := uuid.NewString()
+		if i == 10 {
+			id = "AAAAAAAAAAAAAAAAAAAAAAAAAAAA" // well-formed (base64url), unknown
+		}
 		_, err := e.c.GetSession(e.as(t, secOutsider), &macpv1.GetSessionRequest{SessionId: id})
 		wantStatus(t, err, codes.NotFound, "SESSION_NOT_FOUND")
 		_, err = e.c.CancelSession(e.as(t, secOutsider), &macpv1.CancelSessionRequest{SessionId: id})

@@ -15,6 +15,7 @@ import (
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/runtime"
+	"github.com/macpd/macpd/internal/session"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -64,7 +65,8 @@ type Service struct {
 	drain    context.Context
 	drainNow context.CancelFunc
 
-	lim *streamLimits // stream counters (limits.go)
+	lim   *streamLimits // stream counters (limits.go)
+	guard *connGuard    // per-address connections, first-call deadline (connguard.go)
 }
 
 // New returns the service over rt, authenticating with a.
@@ -73,7 +75,8 @@ func New(rt *runtime.Runtime, a auth.Authenticator, opts Options) *Service {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	drain, drainNow := context.WithCancel(context.Background())
-	return &Service{rt: rt, auth: a, opts: opts, log: opts.Logger, drain: drain, drainNow: drainNow, lim: newStreamLimits(opts.Limits)}
+	return &Service{rt: rt, auth: a, opts: opts, log: opts.Logger, drain: drain, drainNow: drainNow, lim: newStreamLimits(opts.Limits),
+		guard: newConnGuard(opts.Limits.MaxConnectionsPerAddr, opts.Limits.FirstCallTimeout)}
 }
 
 // Drain ends every open stream (the watch streams idle until the client
@@ -183,8 +186,11 @@ const (
 // reflection registered. extra options are appended (credentials, ...).
 func (s *Service) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(s.UnaryInterceptor, s.limitUnary),    // limits.go: after authentication
-		grpc.ChainStreamInterceptor(s.StreamInterceptor, s.limitStream), // limits.go: stream slots, WatchSignals filter
+		grpc.ChainUnaryInterceptor(s.UnaryInterceptor, s.limitUnary, s.decodeUnary),     // limits.go: after authentication; codec.go
+		grpc.ChainStreamInterceptor(s.StreamInterceptor, s.limitStream, s.decodeStream), // limits.go: stream slots, WatchSignals filter; codec.go
+		// Undecodable requests are the client's error, not INTERNAL (codec.go).
+		grpc.ForceServerCodecV2(newRequestCodec()),
+		s.guardOption(), // connguard.go
 	}
 	opts = append(opts, s.limitOptions()...) // limits.go: streams per connection, keepalive, handshake
 	if s.opts.MaxRecvBytes > 0 {
@@ -401,12 +407,28 @@ func watchHints(ctx context.Context, hub *runtime.Hub[int64], send func(at int64
 func (s *Service) WatchSignals(_ *macpv1.WatchSignalsRequest, stream grpc.ServerStreamingServer[macpv1.WatchSignalsResponse]) error {
 	sub := s.rt.Signals.Subscribe()
 	defer s.rt.Signals.Unsubscribe(sub)
+	// The encoded copy gRPC keeps until the client reads is charged to the
+	// stream buffers (runtime/streambudget.go): a watcher that does not
+	// read waits here, its subscription fills up and it is dropped.
+	w := s.rt.StreamBudget().NewWindow()
+	defer w.Close()
+	tr := sentTracker{w: w}
 	for {
 		select {
 		case env := <-sub.C:
-			if err := stream.Send(&macpv1.WatchSignalsResponse{Envelope: env}); err != nil {
+			s.rt.Signals.Took(sub, env)
+			cost := runtime.StreamCost(session.Record{Envelope: env})
+			if err := w.Acquire(stream.Context(), cost); err != nil {
+				if ce := (*coord.Error)(nil); errors.As(err, &ce) {
+					return statusErr(ce)
+				}
+				return nil
+			}
+			resp := &macpv1.WatchSignalsResponse{Envelope: env}
+			if err := stream.Send(resp); err != nil {
 				return err
 			}
+			tr.sent(cost, resp)
 		case <-sub.Done():
 			return statusErr(coord.Errorf(coord.CodeRateLimited, "signal watcher fell behind and was disconnected (signals are not replayed); reconnect to continue"))
 		case <-stream.Context().Done():

@@ -49,6 +49,8 @@ func testConfig() config.Config {
 	// Tests drive many sessions from one sender; the rate limits have
 	// their own tests (limits_enforced_test.go, abuse_test.go).
 	cfg.Limits.SessionStartsPerMinute, cfg.Limits.MessagesPerMinute = 0, 0
+	// Nor the open-session cap (its own test: hardlimits_test.go).
+	cfg.MaxOpenSessions = 0
 	return cfg
 }
 
@@ -75,7 +77,7 @@ func startApp(t *testing.T, cfg config.Config) *testEnv {
 // startService serves a server.Service built directly (for Options the app
 // does not expose: Info.Endpoint, Roots, runtime options). The service is
 // returned too.
-func startService(t *testing.T, opts server.Options, rtOpts ...runtime.Options) (*testEnv, *server.Service, *grpc.Server) {
+func startService(t testing.TB, opts server.Options, rtOpts ...runtime.Options) (*testEnv, *server.Service, *grpc.Server) {
 	t.Helper()
 	var ro runtime.Options
 	if len(rtOpts) > 0 {
@@ -98,7 +100,7 @@ func startService(t *testing.T, opts server.Options, rtOpts ...runtime.Options) 
 	return e, svc, g
 }
 
-func (e *testEnv) dial(t *testing.T, addr string) {
+func (e *testEnv) dial(t testing.TB, addr string) {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -122,7 +124,7 @@ func asT(t *testing.T, agent string) context.Context {
 	return ctx
 }
 
-func mustMarshal(t *testing.T, m proto.Message) []byte {
+func mustMarshal(t testing.TB, m proto.Message) []byte {
 	t.Helper()
 	b, err := proto.Marshal(m)
 	if err != nil {
@@ -136,23 +138,23 @@ func envelope(sid, typ, id string, payload []byte) *macpv1.Envelope {
 		SessionId: sid, TimestampUnixMs: time.Now().UnixMilli(), Payload: payload}
 }
 
-func startPayload(t *testing.T, participants ...string) []byte {
+func startPayload(t testing.TB, participants ...string) []byte {
 	return mustMarshal(t, &macpv1.SessionStartPayload{Intent: "pick", Participants: participants,
 		ModeVersion: "1.0.0", ConfigurationVersion: "cfg-1", TtlMs: 60000})
 }
 
-func proposalPayload(t *testing.T, id string) []byte {
+func proposalPayload(t testing.TB, id string) []byte {
 	return mustMarshal(t, &decisionv1.ProposalPayload{ProposalId: id, Option: "x"})
 }
 
-func commitmentPayload(t *testing.T) []byte {
+func commitmentPayload(t testing.TB) []byte {
 	return mustMarshal(t, &macpv1.CommitmentPayload{CommitmentId: "c1", Action: "decision.selected", AuthorityScope: "s",
 		Reason: "r", ModeVersion: "1.0.0", ConfigurationVersion: "cfg-1", OutcomePositive: true})
 }
 
 // send submits env as agent; the RPC itself must succeed (rejections travel
 // in the Ack, RFC-MACP-0006 §3.1).
-func (e *testEnv) send(t *testing.T, agent string, env *macpv1.Envelope) *macpv1.Ack {
+func (e *testEnv) send(t testing.TB, agent string, env *macpv1.Envelope) *macpv1.Ack {
 	t.Helper()
 	r, err := e.c.Send(as(agent), &macpv1.SendRequest{Envelope: env})
 	if err != nil {
@@ -161,7 +163,7 @@ func (e *testEnv) send(t *testing.T, agent string, env *macpv1.Envelope) *macpv1
 	return r.Ack
 }
 
-func (e *testEnv) mustAccept(t *testing.T, agent string, env *macpv1.Envelope) *macpv1.Ack {
+func (e *testEnv) mustAccept(t testing.TB, agent string, env *macpv1.Envelope) *macpv1.Ack {
 	t.Helper()
 	ack := e.send(t, agent, env)
 	if !ack.Ok {

@@ -53,6 +53,12 @@ type Limits struct {
 	// KeepaliveMinTime is the shortest client ping interval tolerated;
 	// faster pingers are disconnected (ENHANCE_YOUR_CALM).
 	KeepaliveMinTime time.Duration
+	// MaxConnectionsPerAddr caps the connections one client IP address has
+	// open; further ones are closed when accepted (connguard.go).
+	MaxConnectionsPerAddr int
+	// FirstCallTimeout closes a connection that has not started a call this
+	// long after it was accepted (connguard.go).
+	FirstCallTimeout time.Duration
 }
 
 // streamLimits are the Service's stream counters.

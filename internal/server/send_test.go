@@ -102,7 +102,11 @@ func TestSendRejectionsInAck(t *testing.T) {
 			}
 			if c.existing == "" {
 				_, err := e.c.GetSession(as("alice"), &macpv1.GetSessionRequest{SessionId: c.env.SessionId})
-				wantStatus(t, err, codes.NotFound, "SESSION_NOT_FOUND")
+				if c.code == "INVALID_SESSION_ID" {
+					wantStatus(t, err, codes.InvalidArgument, "INVALID_SESSION_ID")
+				} else {
+					wantStatus(t, err, codes.NotFound, "SESSION_NOT_FOUND")
+				}
 				return
 			}
 			if after := e.getSession(t, "alice", c.existing); !proto.Equal(before, after) {

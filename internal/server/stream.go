@@ -41,11 +41,14 @@ type streamState struct {
 	id       coord.Identity
 	openedMs int64
 
-	out        chan *macpv1.StreamSessionResponse
-	mu         sync.Mutex // guards bound, following, lastSent, seen, drainTo, drained
+	out chan outItem
+	// window holds what the follower read for this stream until the
+	// client has taken it (runtime/streambudget.go; sendLoop releases).
+	window     *runtime.StreamWindow
+	mu         sync.Mutex // guards bound, following, lastSent, seen, drainTo, drained, headerSent
 	bound      string
 	following  bool
-	lastSent   uint64
+	lastSent   uint64 // the last session envelope whose Send returned (trailer)
 	headerSent bool
 	// seen is the sequence number of the last record the follower handled
 	// (delivered, or skipped as envelope-less). After the client
@@ -75,7 +78,8 @@ func (s *Service) StreamSession(stream grpc.BidiStreamingServer[macpv1.StreamSes
 	id, _ := identityFrom(ctx)
 	st := &streamState{
 		s: s, stream: stream, id: id, openedMs: time.Now().UnixMilli(),
-		out:        make(chan *macpv1.StreamSessionResponse, 64),
+		out:        make(chan outItem, 64),
+		window:     s.rt.StreamBudget().NewWindow(),
 		followDone: make(chan error, 1),
 		stopSend:   make(chan struct{}),
 		sendErr:    make(chan error, 1),
@@ -97,6 +101,7 @@ func (s *Service) StreamSession(stream grpc.BidiStreamingServer[macpv1.StreamSes
 			}
 		}
 	}()
+	defer st.window.Close()
 	go func() { st.sendErr <- st.sendLoop() }()
 
 	var hb <-chan time.Time
@@ -133,10 +138,21 @@ func (s *Service) StreamSession(stream grpc.BidiStreamingServer[macpv1.StreamSes
 			if ctx.Err() != nil {
 				return nil
 			}
+			var ce *coord.Error
+			if errors.As(err, &ce) && ce.Code == coord.CodeRateLimited {
+				// Stalled (runtime/streambudget.go): the client takes
+				// nothing, so waiting for the sender to flush would wait
+				// forever. End now; what is queued is dropped, and the
+				// trailer names the last envelope handed to gRPC.
+				return st.abandon(followStatus(err))
+			}
 			return st.finish(followStatus(err))
 		case <-hb:
 			if st.isFollowing() && len(st.out) == 0 {
-				st.enqueue(ctx, &macpv1.StreamSessionResponse{Response: &macpv1.StreamSessionResponse_Envelope{Envelope: heartbeat()}})
+				select { // never wait for a client that does not read
+				case st.out <- outItem{resp: &macpv1.StreamSessionResponse{Response: &macpv1.StreamSessionResponse_Envelope{Envelope: heartbeat()}}}:
+				default:
+				}
 			}
 		case <-ctx.Done():
 			return nil
@@ -180,30 +196,107 @@ func (st *streamState) finish(err error) error {
 	if serr := <-st.sendErr; serr != nil && err == nil {
 		err = serr
 	}
-	st.mu.Lock()
-	last, bound := st.lastSent, st.bound
-	st.mu.Unlock()
-	if bound != "" {
-		st.stream.SetTrailer(metadata.Pairs(TrailerLastSeq, strconv.FormatUint(last, 10)))
-	}
+	st.setTrailer()
 	return err
 }
 
+// abandon ends the call without waiting for the sender (the client does
+// not read): the sender's Send fails once the call is over.
+func (st *streamState) abandon(err error) error {
+	close(st.stopSend)
+	st.setTrailer()
+	return err
+}
+
+// setTrailer sets macp-last-sequence on a stream that started delivering
+// a session (docs/resume.md: refused subscriptions and streams never
+// bound have none).
+func (st *streamState) setTrailer() {
+	st.mu.Lock()
+	last, started := st.lastSent, st.headerSent
+	st.mu.Unlock()
+	if started {
+		st.stream.SetTrailer(metadata.Pairs(TrailerLastSeq, strconv.FormatUint(last, 10)))
+	}
+}
+
+// sentTracker keeps the window charges of the messages gRPC may still
+// hold after Send returned: a message has left the HTTP/2 send queue once
+// Sends of at least transportQueueBytes returned after it.
+type sentTracker struct {
+	w     *runtime.StreamWindow
+	held  []sentMsg
+	after int // bytes sent after held[0]
+}
+
+type sentMsg struct {
+	cost int64
+	size int
+}
+
+// sent records that Send(m), charged cost, returned.
+func (tr *sentTracker) sent(cost int64, m proto.Message) {
+	tr.w.Sent(cost)
+	if cost == 0 && len(tr.held) == 0 {
+		return
+	}
+	size := proto.Size(m)
+	if len(tr.held) > 0 {
+		tr.after += size
+	}
+	tr.held = append(tr.held, sentMsg{cost, size})
+	for len(tr.held) > 1 && tr.after >= transportQueueBytes {
+		tr.w.ReleaseSent(tr.held[0].cost)
+		tr.held = tr.held[1:]
+		tr.after -= tr.held[0].size
+	}
+}
+
+// outItem is one queued response: seq is the session envelope's sequence
+// number (0 for heartbeats and errors), cost what the window was charged
+// for it (released by sendLoop).
+type outItem struct {
+	resp *macpv1.StreamSessionResponse
+	seq  uint64
+	cost int64
+}
+
+// transportQueueBytes is how much gRPC queues per stream before Send
+// waits (grpc-go's per-stream write quota, 64 KiB): once Sends of at
+// least this many bytes returned after a message, that message has left
+// the HTTP/2 send queue and its window charge can be released.
+const transportQueueBytes = 64 << 10
+
 // sendLoop is the only goroutine calling stream.Send. After stopSend
-// closes it sends what is still queued and returns.
+// closes it sends what is still queued and returns. It keeps the window
+// charges of the messages gRPC may still hold (the last
+// transportQueueBytes sent, plus one) and releases older ones.
 func (st *streamState) sendLoop() error {
+	tr := sentTracker{w: st.window}
+	send := func(it outItem) error {
+		if err := st.stream.Send(it.resp); err != nil {
+			return err
+		}
+		if it.seq > 0 {
+			st.mu.Lock()
+			st.lastSent = it.seq
+			st.mu.Unlock()
+		}
+		tr.sent(it.cost, it.resp)
+		return nil
+	}
 	for {
 		select {
-		case resp := <-st.out:
-			if err := st.stream.Send(resp); err != nil {
+		case it := <-st.out:
+			if err := send(it); err != nil {
 				st.cancel() // the client is gone: end the call
 				return err
 			}
 		case <-st.stopSend:
 			for {
 				select {
-				case resp := <-st.out:
-					if err := st.stream.Send(resp); err != nil {
+				case it := <-st.out:
+					if err := send(it); err != nil {
 						return err
 					}
 				default:
@@ -214,12 +307,39 @@ func (st *streamState) sendLoop() error {
 	}
 }
 
+// enqueue queues a response that is not charged to the window (in-stream
+// errors).
 func (st *streamState) enqueue(ctx context.Context, resp *macpv1.StreamSessionResponse) bool {
 	select {
-	case st.out <- resp:
+	case st.out <- outItem{resp: resp}:
 		return true
 	case <-ctx.Done():
 		return false
+	}
+}
+
+// enqueueRecord queues a delivered record charged to the window. It waits
+// while the queue is full, but not longer than the stall timeout: a
+// client that takes nothing for that long ends the stream.
+func (st *streamState) enqueueRecord(ctx context.Context, it outItem) error {
+	select {
+	case st.out <- it:
+		return nil
+	default:
+	}
+	var stall <-chan time.Time
+	if d := st.window.StallTimeout(); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		stall = t.C
+	}
+	select {
+	case st.out <- it:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-stall:
+		return st.window.Stalled()
 	}
 }
 
@@ -231,6 +351,12 @@ func (st *streamState) isFollowing() bool {
 
 // handle processes one request frame. A returned error ends the call.
 func (st *streamState) handle(ctx context.Context, req *macpv1.StreamSessionRequest) error {
+	if why, bad := undecodable(req); bad {
+		// Like any rejected frame: an in-stream error, the stream stays.
+		e := undecodableErr(why)
+		st.enqueue(ctx, &macpv1.StreamSessionResponse{Response: &macpv1.StreamSessionResponse_Error{Error: &macpv1.MACPError{Code: string(e.Code), Message: e.Message}}})
+		return nil
+	}
 	env, sub := req.GetEnvelope(), req.GetSubscribeSessionId()
 	switch {
 	case env != nil && sub != "":
@@ -283,18 +409,23 @@ func (st *streamState) follow(ctx context.Context, sessionID string, after uint6
 				st.sendHeader(lastSeq, from)
 				started <- nil
 			},
+			Window: st.window,
 		}, func(rec session.Record) error {
 			if rec.Envelope == nil {
+				st.window.Release(runtime.StreamCost(rec))
 				st.mu.Lock()
 				st.handledLocked(rec.Seq)
 				st.mu.Unlock()
 				return nil
 			}
-			if !st.enqueue(ctx, &macpv1.StreamSessionResponse{Response: &macpv1.StreamSessionResponse_Envelope{Envelope: rec.Envelope}}) {
-				return ctx.Err()
+			it := outItem{
+				resp: &macpv1.StreamSessionResponse{Response: &macpv1.StreamSessionResponse_Envelope{Envelope: rec.Envelope}},
+				seq:  rec.Seq, cost: runtime.StreamCost(rec),
+			}
+			if err := st.enqueueRecord(ctx, it); err != nil {
+				return err
 			}
 			st.mu.Lock()
-			st.lastSent = rec.Seq
 			st.handledLocked(rec.Seq)
 			st.mu.Unlock()
 			return nil
@@ -323,7 +454,7 @@ func (st *streamState) follow(ctx context.Context, sessionID string, after uint6
 func (st *streamState) sendHeader(lastSeq, after uint64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.lastSent = after
+	st.lastSent = max(st.lastSent, after)
 	st.seen = after
 	if st.headerSent {
 		return

@@ -142,7 +142,7 @@ func checkStart(env *macpv1.Envelope, modes Modes, lim Limits, replay bool) (mod
 	if p.TtlMs <= 0 || (lim.MaxTTLMs > 0 && p.TtlMs > lim.MaxTTLMs) {
 		return nil, nil, coord.Errorf(coord.CodeInvalidEnvelope, "ttl_ms must be between 1 and %d", lim.MaxTTLMs)
 	}
-	if err := checkParticipants(p.Participants, lim.MaxParticipants); err != nil {
+	if err := checkParticipants(p.Participants, lim.MaxParticipants, replay); err != nil {
 		return nil, nil, err
 	}
 	for _, r := range p.Roots {
@@ -175,7 +175,10 @@ func effectivePolicyID(p *macpv1.SessionStartPayload) string {
 	return p.PolicyVersion
 }
 
-func checkParticipants(ps []string, max int) *coord.Error {
+// checkParticipants checks the declared participants; ids follow the
+// sender rule (coord.ValidAgentID) except on replay, where the record was
+// accepted under the rules of its time.
+func checkParticipants(ps []string, max int, replay bool) *coord.Error {
 	if max > 0 && len(ps) > max {
 		return coord.Errorf(coord.CodeInvalidEnvelope, "at most %d participants are allowed", max)
 	}
@@ -183,6 +186,10 @@ func checkParticipants(ps []string, max int) *coord.Error {
 	for _, id := range ps {
 		if strings.TrimSpace(id) == "" {
 			return coord.Errorf(coord.CodeInvalidEnvelope, "participant ids must not be blank")
+		}
+		if !replay && !coord.ValidAgentID(id) {
+			return coord.Errorf(coord.CodeInvalidEnvelope,
+				"participant %.64q is not a valid agent id (1-%d bytes of printable UTF-8, no surrounding space, not starting with '_')", id, coord.MaxAgentIDBytes)
 		}
 		if _, dup := seen[id]; dup {
 			return coord.Errorf(coord.CodeInvalidEnvelope, "participant %q is listed twice", id)

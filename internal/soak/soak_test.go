@@ -88,6 +88,12 @@ func TestSoakAbuseVersusWellBehaved(t *testing.T) {
 	}
 	toks, _ := json.Marshal(list)
 	cfg := config.Default()
+	// Both clients connect from 127.0.0.1: the per-address cap would
+	// measure itself, not the limits this test is about.
+	cfg.Limits.MaxConnectionsPerAddr = 0
+	// The abuser dials its connections up front and uses some only later;
+	// the first-call deadline has its own test (internal/server).
+	cfg.Limits.FirstCallTimeout = 0
 	cfg.MemoryOnly = true
 	cfg.BindAddr = "127.0.0.1:0"
 	cfg.TLSCertPath, cfg.TLSKeyPath = certPath, keyPath
