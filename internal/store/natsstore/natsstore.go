@@ -448,9 +448,9 @@ func (s *Store) build(groups []*group, appendID string) ([]outMsg, []int, error)
 
 // pubAck is the JetStream answer to a publish or a batch commit.
 type pubAck struct {
-	Stream string                `json:"stream"`
-	Seq    uint64                `json:"seq"`
-	Count  int                   `json:"count"`
+	Stream string              `json:"stream"`
+	Seq    uint64              `json:"seq"`
+	Count  int                 `json:"count"`
 	Error  *jetstream.APIError `json:"error"`
 }
 
