@@ -83,6 +83,9 @@ type Config struct {
 	// Limits holds the abuse limits: rates, connections, streams,
 	// timeouts (limits.go).
 	Limits LimitsConfig
+	// NATS selects the store (MACP_STORE) and holds the NATS JetStream
+	// settings for MACP_STORE=nats (nats.go).
+	NATS NATSConfig
 }
 
 // Default returns the documented defaults.
@@ -103,6 +106,7 @@ func Default() Config {
 		GCPercent:       200,
 		GCMinHeap:       64 << 20,
 		Limits:          DefaultLimits(),
+		NATS:            DefaultNATS(),
 	}
 }
 
@@ -180,6 +184,7 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.validateAuth()...)
 	errs = append(errs, c.validateLimits()...)
+	errs = append(errs, c.validateNATS()...)
 	return errors.Join(errs...)
 }
 
@@ -280,6 +285,7 @@ func (c *Config) FromEnv(lookup Env) error {
 	byteCount("MACP_MEMORY_LIMIT_BYTES", &c.MemoryLimit)
 	errs = append(errs, c.authFromEnv(lookup)...)
 	errs = append(errs, c.limitsFromEnv(lookup)...)
+	errs = append(errs, c.natsFromEnv(lookup)...)
 	return errors.Join(errs...)
 }
 
@@ -321,4 +327,5 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MemoryLimit, "memory-limit", c.MemoryLimit, "Go soft memory limit in bytes, 0 = 90% of the cgroup limit if any; GOMEMLIMIT wins when set (MACP_MEMORY_LIMIT_BYTES)")
 	c.registerAuthFlags(fs)
 	c.registerLimitFlags(fs)
+	c.registerNATSFlags(fs)
 }

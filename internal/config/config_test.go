@@ -38,6 +38,7 @@ func TestDefault(t *testing.T) {
 		GCPercent:       200,
 		GCMinHeap:       64 << 20,
 		Limits:          DefaultLimits(),
+		NATS:            DefaultNATS(),
 	}
 	if c != want {
 		t.Fatalf("Default()\n got %+v\nwant %+v", c, want)
@@ -88,7 +89,7 @@ func TestFromEnvEveryVariable(t *testing.T) {
 		TLSCertPath: "/etc/macp/cert.pem", TLSKeyPath: "/etc/macp/key.pem",
 		MaxPayloadBytes: 2048, MaxTTL: time.Minute, MaxParticipants: 7, MaxOpenSessions: 3,
 		StartSkew: 0, LogLevel: "debug", LogFormat: "json", ShutdownGrace: 2500 * time.Millisecond,
-		StreamHeartbeat: 0, EvictAfter: 5 * time.Minute, Limits: DefaultLimits(),
+		StreamHeartbeat: 0, EvictAfter: 5 * time.Minute, Limits: DefaultLimits(), NATS: DefaultNATS(),
 		AdminAddr: "127.0.0.1:9090", AdminPprof: true, GCPercent: 150, GCMinHeap: 32 << 20, MemoryLimit: 1 << 30,
 	}
 	if c != want {
@@ -198,7 +199,7 @@ func TestFlagsOverrideEnv(t *testing.T) {
 		TLSCertPath: "c.pem", TLSKeyPath: "k.pem", MaxPayloadBytes: 100, MaxTTL: 2 * time.Hour,
 		MaxParticipants: 9, MaxOpenSessions: 4, StartSkew: 0, LogLevel: "debug", LogFormat: "json",
 		ShutdownGrace: time.Second, StreamHeartbeat: 100 * time.Millisecond, EvictAfter: 5 * time.Minute,
-		Limits: DefaultLimits(), AdminAddr: "10.0.0.5:9100", AdminPprof: true, GCPercent: 300, MemoryLimit: 2048,
+		Limits: DefaultLimits(), NATS: DefaultNATS(), AdminAddr: "10.0.0.5:9100", AdminPprof: true, GCPercent: 300, MemoryLimit: 2048,
 	}
 	if c != want {
 		t.Fatalf("after flags\n got %+v\nwant %+v", c, want)

@@ -922,3 +922,29 @@ func (s *Store) Close() error {
 	s.closeConn()
 	return nil
 }
+
+// Decode returns the session and records of a history message delivered
+// by a consumer (self-checked, not chained to earlier messages).
+func (s *Store) Decode(subject string, hdr nats.Header, data []byte, streamSeq uint64) (string, []session.Record, error) {
+	id, ok := s.SessionOf(subject)
+	if !ok {
+		return "", nil, fmt.Errorf("natsstore: %q is not a history subject", subject)
+	}
+	recs, err := decodeMsg(id, &jetstream.RawStreamMsg{Subject: subject, Sequence: streamSeq, Header: hdr, Data: data})
+	return id, recs, err
+}
+
+// LastStreamSeq returns the stream's last sequence number: a consumer that
+// starts after it sees every later append.
+func (s *Store) LastStreamSeq(ctx context.Context) (uint64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("natsstore: stream info: %w", err)
+	}
+	return info.State.LastSeq, nil
+}

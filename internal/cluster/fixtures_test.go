@@ -1,0 +1,72 @@
+package cluster_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/macpd/macpd/internal/app"
+	"github.com/macpd/macpd/internal/cluster"
+	"github.com/macpd/macpd/internal/conformance"
+	"github.com/macpd/macpd/internal/natstest"
+	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/runtime"
+	"github.com/macpd/macpd/internal/store/natsstore"
+)
+
+// One node on the JetStream store runs every conformance fixture, with
+// mode-state and replay-equivalence checks (RFC-MACP-0003 §4; checklist
+// §8, DET-7), exactly as the in-memory runtime does
+// (internal/conformance): a single node on NATS behaves as a single node
+// on Pebble.
+func TestFixturesOnNATS(t *testing.T) {
+	dirs := []string{filepath.Join("..", "..", "testdata", "conformance")}
+	if spec := filepath.Join("..", "..", "..", "shared", "conformance"); dirExists(spec) {
+		dirs = append(dirs, spec)
+	}
+	fixtures, err := conformance.LoadDirs(dirs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fixtures) == 0 {
+		t.Fatal("no fixtures")
+	}
+	srv := natstest.Run(t)
+	ns, err := natsstore.Open(context.Background(), natsstore.Options{URL: srv.ClientURL(), Replicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	rt := runtime.New(ns, app.BuiltinModes(), policy.DefaultOnly{}, runtime.Options{})
+	rt.EnableSharedStore()
+	after, err := ns.LastStreamSeq(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.Close)
+	node, err := cluster.Start(context.Background(), ns, rt, after, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(node.Stop)
+	target := conformance.Local{RT: rt}
+	for _, f := range fixtures {
+		t.Run(f.Name, func(t *testing.T) {
+			t.Parallel()
+			res := conformance.Run(context.Background(), f, target, uuid.NewString())
+			for _, msg := range res.Failures {
+				t.Error(msg)
+			}
+		})
+	}
+}
+
+func dirExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
