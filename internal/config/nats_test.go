@@ -45,7 +45,9 @@ func TestNATSFromEnvAndValidate(t *testing.T) {
 			t.Errorf("%s: Validate = %v", name, err)
 		}
 	}
-	if err := c.FromEnv(func(k string) (string, bool) { return map[string]string{"MACP_NATS_REPLICAS": "x"}[k], k == "MACP_NATS_REPLICAS" }); err == nil {
+	if err := c.FromEnv(func(k string) (string, bool) {
+		return map[string]string{"MACP_NATS_REPLICAS": "x"}[k], k == "MACP_NATS_REPLICAS"
+	}); err == nil {
 		t.Fatal("bad MACP_NATS_REPLICAS accepted")
 	}
 }

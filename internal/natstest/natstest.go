@@ -10,8 +10,8 @@ package natstest
 import (
 	"fmt"
 	"net"
-	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,58 +78,61 @@ type Cluster struct {
 	Servers []*Server
 	name    string
 	dirs    []string
-	// routes are the cluster listen addresses, fixed once chosen so a
-	// restarted server gets its old address back.
-	routes []string
 }
 
 // RunCluster starts n servers with JetStream clustering and waits until
 // the JetStream meta group has a leader. They stop when the test ends.
+// Client and route ports are ephemeral ports reserved up front (JetStream
+// clustering needs configured routes) and kept across restarts.
 func RunCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t, name: fmt.Sprintf("c%d", time.Now().UnixNano()%1_000_000)}
-	// The first server picks its route port; the others route to it and
-	// learn each other by gossip. Every server then gets the full route
-	// list on restart.
+	clientPorts, routePorts := freePorts(t, n), freePorts(t, n)
+	var routes []string
+	for _, p := range routePorts {
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+	}
 	for i := 0; i < n; i++ {
 		c.dirs = append(c.dirs, t.TempDir())
-	}
-	for i := 0; i < n; i++ {
 		opts := options(fmt.Sprintf("n%d", i+1), c.dirs[i])
+		opts.Port = clientPorts[i]
 		opts.Cluster.Name = c.name
 		opts.Cluster.Host = "127.0.0.1"
-		opts.Cluster.Port = server.RANDOM_PORT
-		if i > 0 {
-			opts.Routes = server.RoutesFromStr("nats://" + c.routes[0])
-		}
-		s := start(t, opts)
-		c.Servers = append(c.Servers, s)
-		c.routes = append(c.routes, s.ClusterAddr().String())
-	}
-	// Pin every server's options to the chosen addresses for restarts.
-	all := make([]string, len(c.routes))
-	for i, r := range c.routes {
-		all[i] = "nats://" + r
-	}
-	for i, s := range c.Servers {
-		host, port := splitHostPort(t, c.routes[i])
-		s.opts.Cluster.Host, s.opts.Cluster.Port = host, port
-		s.opts.Port = s.Addr().(*net.TCPAddr).Port
-		s.opts.Routes = server.RoutesFromStr(strings.Join(all, ","))
+		opts.Cluster.Port = routePorts[i]
+		opts.Routes = server.RoutesFromStr(strings.Join(routes, ","))
+		c.Servers = append(c.Servers, &Server{opts: opts})
 	}
 	t.Cleanup(c.Stop)
+	var wg sync.WaitGroup
+	for i := range c.Servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.Servers[i] = start(t, c.Servers[i].opts)
+		}()
+	}
+	wg.Wait()
 	c.WaitReady()
 	return c
 }
 
-func splitHostPort(t testing.TB, hp string) (string, int) {
-	u, err := url.Parse("nats://" + hp)
-	if err != nil {
-		t.Fatal(err)
+// freePorts reserves n ephemeral loopback ports (listen, note, close).
+func freePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ports []int
+	var ls []net.Listener
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	var port int
-	fmt.Sscanf(u.Port(), "%d", &port)
-	return u.Hostname(), port
+	for _, l := range ls {
+		l.Close()
+	}
+	return ports
 }
 
 // WaitReady waits until every running server sees a JetStream meta leader.
@@ -139,7 +142,7 @@ func (c *Cluster) WaitReady() {
 	for time.Now().Before(deadline) {
 		ok := true
 		for _, s := range c.Servers {
-			if s == nil || !s.Running() {
+			if s == nil || s.Server == nil || !s.Running() {
 				continue
 			}
 			if !s.JetStreamIsCurrent() {
@@ -158,7 +161,7 @@ func (c *Cluster) WaitReady() {
 func (c *Cluster) URLs() string {
 	var us []string
 	for _, s := range c.Servers {
-		if s != nil && s.Running() {
+		if s != nil && s.Server != nil && s.Running() {
 			us = append(us, s.ClientURL())
 		}
 	}
@@ -193,7 +196,7 @@ func (c *Cluster) Restart(i int) {
 // Stop stops every server.
 func (c *Cluster) Stop() {
 	for _, s := range c.Servers {
-		if s != nil {
+		if s != nil && s.Server != nil {
 			s.Stop()
 		}
 	}

@@ -281,3 +281,26 @@ func (r *Runtime) ReloadRegistries(ctx context.Context) error {
 	r.PolicyChanges.Publish(r.nowMs())
 	return nil
 }
+
+// staleCopy reports, with a shared store, whether an answer that wrote
+// nothing (a rejection, a duplicate) was decided on a copy of the session
+// (at record seen) that another node's appends have overtaken; the copy,
+// unless the feed caught it up meanwhile, is then marked for rebuilding,
+// and the caller decides again. Accepted envelopes need no
+// such check: their append is refused unless it continues the stored
+// history. It costs one store request per rejection.
+func (r *Runtime) staleCopy(ctx context.Context, o *owner, seen uint64) bool {
+	if !r.shared.Load() {
+		return false
+	}
+	last, err := r.store.LastSeq(ctx, o.id)
+	if err != nil || last <= seen {
+		return false
+	}
+	o.mu.Lock()
+	if o.sess != nil && o.sess.Seq < last {
+		o.broken.CompareAndSwap(0, o.epoch+1)
+	}
+	o.mu.Unlock()
+	return true
+}

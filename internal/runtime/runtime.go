@@ -617,7 +617,7 @@ func (r *Runtime) stepOnce(ctx context.Context, env *macpv1.Envelope) (*macpv1.A
 		return nackFor(env, cerr, 0), false
 	}
 	now := r.nowMs()
-	before := o.sess.Status
+	before, seen := o.sess.Status, o.sess.Seq
 	out := o.sess.Step(env, now, r.opts.Limits)
 	state := o.sess.Status
 	closes := before == session.Open && state.Terminal()
@@ -635,6 +635,9 @@ func (r *Runtime) stepOnce(ctx context.Context, env *macpv1.Envelope) (*macpv1.A
 			return nackFor(env, coord.Errorf(coord.CodeInternalError, "an earlier message of the session could not be stored; retry"), 0), false
 		}
 		return nackFor(env, coord.Errorf(coord.CodeInternalError, "the message could not be stored"), 0), false
+	}
+	if len(out.Records) == 0 && r.staleCopy(ctx, o, seen) { // cluster.go
+		return nil, true
 	}
 	switch {
 	case out.Duplicate:
