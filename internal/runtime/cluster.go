@@ -127,16 +127,18 @@ func (r *Runtime) applyToOwner(o *owner, recs []session.Record) bool {
 	if o.sess == nil {
 		return true // forgotten meanwhile
 	}
+	o.durableMu.Lock()
+	busy, durable := o.pending > 0, o.durableSeq
+	o.durableMu.Unlock()
 	i := 0
-	for i < len(recs) && recs[i].Seq <= o.sess.Seq {
+	for i < len(recs) && recs[i].Seq <= durable {
 		i++
 	}
 	if i == len(recs) {
 		return true // this copy has them (its own appends, or already applied)
 	}
-	o.durableMu.Lock()
-	busy := o.pending > 0
-	o.durableMu.Unlock()
+	// Beyond the durable end: this node's own appends in flight, or
+	// another node's that will refuse them; decided once they are answered.
 	if busy || o.broken.Load() == o.epoch+1 || recs[i].Seq != o.sess.Seq+1 {
 		return false
 	}
@@ -203,15 +205,6 @@ func (r *Runtime) catchUpLater(o *owner) {
 			if before == session.Open && o.sess.Status.Terminal() {
 				r.closedOpen(o)
 				r.Lifecycle.Publish(r.terminalEvent(o.sess, r.nowMs()))
-			}
-			// heal moved durableSeq without the tail: restart the tail
-			// at the last record (followers behind it read the store).
-			var last []session.Record
-			if err := r.store.Read(ctx, o.id, o.sess.Seq, func(rec session.Record) error {
-				last = append(last, rec)
-				return nil
-			}); err == nil && len(last) > 0 {
-				o.storedElsewhere(last[:1])
 			}
 			return
 		}
@@ -303,4 +296,21 @@ func (r *Runtime) staleCopy(ctx context.Context, o *owner, seen uint64) bool {
 	}
 	o.mu.Unlock()
 	return true
+}
+
+// healedShared runs after heal rebuilt o from a shared store (o.mu held):
+// the rebuilt copy may end with records other nodes stored, which never
+// went through this node's tail, so the tail restarts at the last record
+// and the followers are woken (those behind it read the store).
+func (r *Runtime) healedShared(ctx context.Context, o *owner) {
+	if !r.shared.Load() || o.sess == nil || o.sess.Seq == 0 {
+		return
+	}
+	var last []session.Record
+	if err := r.store.Read(ctx, o.id, o.sess.Seq, func(rec session.Record) error {
+		last = append(last, rec)
+		return nil
+	}); err == nil && len(last) > 0 && last[0].Seq == o.sess.Seq {
+		o.storedElsewhere(last[:1])
+	}
 }

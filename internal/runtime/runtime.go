@@ -541,6 +541,7 @@ func (r *Runtime) heal(ctx context.Context, o *owner) error {
 	o.durableMu.Lock()
 	o.durableSeq = s.Seq
 	o.durableMu.Unlock()
+	r.healedShared(ctx, o) // cluster.go: records other nodes stored reach the followers
 	if s.Status == session.Open {
 		// The failed append may have been the expiry itself.
 		r.timers.add(o.id, s.DeadlineMs)
