@@ -105,11 +105,20 @@ func (r *Runtime) ApplyStored(recs []session.Record) {
 			r.log.Warn("session stored by another node does not replay here; loaded on demand", "session_id", id, "err", err)
 			return
 		}
-		if o = r.adopt(s); o.sess == s {
-			now := r.nowMs()
-			r.Lifecycle.Publish(LifecycleEvent{Type: macpv1.SessionLifecycleEvent_EVENT_TYPE_CREATED, Session: s.Metadata(), ObservedMs: now})
-			if s.Status.Terminal() {
-				r.Lifecycle.Publish(r.terminalEvent(s, now))
+		// The events are built before the session is shared (adopt makes
+		// it visible to callers that step it).
+		now := r.nowMs()
+		events := []LifecycleEvent{{Type: macpv1.SessionLifecycleEvent_EVENT_TYPE_CREATED, Session: s.Metadata(), ObservedMs: now}}
+		if s.Status.Terminal() {
+			events = append(events, r.terminalEvent(s, now))
+		}
+		o = r.adopt(s)
+		o.mu.Lock()
+		mine := o.sess == s
+		o.mu.Unlock()
+		if mine {
+			for _, ev := range events {
+				r.Lifecycle.Publish(ev)
 			}
 			return
 		}

@@ -150,14 +150,14 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		AllowAtomicPublish: true,
 		DenyDelete:         true,
 	}
-	s.stream, err = retry(ctx, opts.Timeout*6, func(ctx context.Context) (jetstream.Stream, error) {
+	s.stream, err = retry(ctx, opts.Timeout*12, opts.Timeout, func(ctx context.Context) (jetstream.Stream, error) {
 		return js.CreateOrUpdateStream(ctx, cfg)
 	})
 	if err != nil {
 		s.closeConn()
 		return nil, fmt.Errorf("natsstore: stream %s: %w", cfg.Name, err)
 	}
-	s.meta, err = retry(ctx, opts.Timeout*6, func(ctx context.Context) (jetstream.KeyValue, error) {
+	s.meta, err = retry(ctx, opts.Timeout*12, opts.Timeout, func(ctx context.Context) (jetstream.KeyValue, error) {
 		return js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:      opts.Name + "_meta",
 			Description: "macpd registrations (internal/store/natsstore)",
@@ -173,13 +173,16 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// retry runs fn until it succeeds or budget (or ctx) runs out: stream and
-// bucket creation fail while a cluster is still electing its leaders.
-func retry[T any](ctx context.Context, budget time.Duration, fn func(context.Context) (T, error)) (T, error) {
+// retry runs fn, each attempt bounded by attempt, until it succeeds or
+// budget (or ctx) runs out: stream and bucket creation fail or go
+// unanswered while a cluster is still electing its leaders.
+func retry[T any](ctx context.Context, budget, attempt time.Duration, fn func(context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	for {
-		v, err := fn(ctx)
+		actx, acancel := context.WithTimeout(ctx, attempt)
+		v, err := fn(actx)
+		acancel()
 		if err == nil {
 			return v, nil
 		}
