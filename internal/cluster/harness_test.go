@@ -37,13 +37,13 @@ const cfgVersion = "cfg-1"
 // env is a cluster of JetStream servers and macpd nodes (Apps with
 // MACP_STORE=nats) on loopback.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	nats  *natstest.Cluster
 	mu    sync.Mutex
 	nodes []*app.App // nil: killed
 }
 
-func newEnv(t *testing.T, servers, nodes int) *env {
+func newEnv(t testing.TB, servers, nodes int) *env {
 	t.Helper()
 	e := &env{t: t, nats: natstest.RunCluster(t, servers)}
 	for i := 0; i < nodes; i++ {
