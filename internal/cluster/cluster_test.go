@@ -129,3 +129,54 @@ func TestFollowAcrossNodes(t *testing.T) {
 		t.Fatalf("Follow ended with %v", err)
 	}
 }
+
+// A session's TTL expires exactly once across nodes: every node arms the
+// deadline (RFC-MACP-0001 §7.4; checklist TTL-2), the first expiry append
+// wins and the others conflict, and every node then reports it EXPIRED.
+func TestExpiryOnceAcrossNodes(t *testing.T) {
+	e := newEnv(t, 3, 3)
+	sid := newSID()
+	if a := e.send(0, initID, startEnv(sid, "m0", 1500)); !a.GetOk() {
+		t.Fatalf("start: %s", ackString(a))
+	}
+	for i := 0; i < 3; i++ {
+		waitState(t, e, i, sid, macpv1.SessionState_SESSION_STATE_EXPIRED)
+	}
+	recs := history(t, e.reader(), sid)
+	expiries := 0
+	for _, r := range recs {
+		if r.Kind == session.KindExpire {
+			expiries++
+		}
+	}
+	if expiries != 1 || len(recs) != 2 {
+		t.Fatalf("history has %d records, %d expiries; want a start and one expiry", len(recs), expiries)
+	}
+}
+
+// A policy registered on node 0 is served by node 1 (the meta bucket's
+// watch reloads the registry), and unregistering it on node 1 removes it
+// from node 0 (RFC-MACP-0012 §7).
+func TestRegistriesShared(t *testing.T) {
+	e := newEnv(t, 3, 2)
+	admin := coord.Identity{Sender: "agent://admin", Caps: coord.Capabilities{CanManageModeRegistry: true}}
+	pd := &macpv1.PolicyDescriptor{PolicyId: "policy.cluster.shared", Mode: "macp.mode.decision.v1", Rules: `{"voting":{"algorithm":"majority"}}`, SchemaVersion: 1}
+	if cerr := e.node(0).Runtime().RegisterPolicy(admin, pd); cerr != nil {
+		t.Fatal(cerr)
+	}
+	waitPolicy(t, e, 1, pd.PolicyId, true)
+	if cerr := e.node(1).Runtime().UnregisterPolicy(admin, pd.PolicyId); cerr != nil {
+		t.Fatal(cerr)
+	}
+	waitPolicy(t, e, 0, pd.PolicyId, false)
+}
+
+func waitPolicy(t *testing.T, e *env, i int, id string, want bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, cerr := e.node(i).Runtime().GetPolicy(id); (cerr == nil) == want {
+			return
+		}
+	}
+	t.Fatalf("node %d: policy %s registered = %v, want %v", i, id, !want, want)
+}
