@@ -134,7 +134,7 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 		// Send's bound (the server leaves it out of its per-call context).
 		CommitTimeout: cfg.Limits.UnaryTimeout,
 	})
-	if err := cl.prepare(rt); err != nil {
+	if err := cl.prepare(rt, cfg); err != nil {
 		return nil, err
 	}
 	// Authenticators in chain order (JWT, static tokens, client

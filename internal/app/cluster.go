@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/macpd/macpd/internal/bus"
 	"github.com/macpd/macpd/internal/cluster"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/runtime"
@@ -21,6 +22,8 @@ type clusterState struct {
 	ns    *natsstore.Store
 	after uint64
 	node  *cluster.Node
+	bus   bool        // MACP_NATS_BUS
+	bsrv  *bus.Server // the message-bus binding, when on
 }
 
 // natsOptions turns the MACP_NATS_* credentials and TLS settings into
@@ -71,10 +74,11 @@ func openNATS(cfg config.Config, log *slog.Logger) (*natsstore.Store, error) {
 
 // prepareCluster marks the runtime's store as shared and notes where the
 // feed of other nodes' appends starts: before recovery reads the store.
-func (c *clusterState) prepare(rt *runtime.Runtime) error {
+func (c *clusterState) prepare(rt *runtime.Runtime, cfg config.Config) error {
 	if c.ns == nil {
 		return nil
 	}
+	c.bus = cfg.NATS.Bus
 	rt.EnableSharedStore()
 	after, err := c.ns.LastStreamSeq(context.Background())
 	if err != nil {
@@ -94,10 +98,21 @@ func (c *clusterState) start(ctx context.Context, rt *runtime.Runtime, log *slog
 		return fmt.Errorf("following the shared store: %w", err)
 	}
 	c.node = node
+	if c.bus {
+		if c.bsrv, err = bus.Serve(c.ns.Conn(), c.ns.Name(), rt, log); err != nil {
+			node.Stop()
+			return fmt.Errorf("message-bus binding (MACP_NATS_BUS): %w", err)
+		}
+		log.Info("message-bus binding: submissions on NATS", "subject", c.ns.Name()+".bus.submit.*")
+	}
 	return nil
 }
 
 func (c *clusterState) stop() {
+	if c.bsrv != nil {
+		c.bsrv.Stop()
+		c.bsrv = nil
+	}
 	if c.node != nil {
 		c.node.Stop()
 		c.node = nil

@@ -41,11 +41,17 @@ type env struct {
 	nats  *natstest.Cluster
 	mu    sync.Mutex
 	nodes []*app.App // nil: killed
+	bus   bool       // MACP_NATS_BUS on every node started after it is set
 }
 
 func newEnv(t testing.TB, servers, nodes int) *env {
 	t.Helper()
-	e := &env{t: t, nats: natstest.RunCluster(t, servers)}
+	return newEnvBus(t, servers, nodes, false)
+}
+
+func newEnvBus(t testing.TB, servers, nodes int, bus bool) *env {
+	t.Helper()
+	e := &env{t: t, nats: natstest.RunCluster(t, servers), bus: bus}
 	for i := 0; i < nodes; i++ {
 		e.nodes = append(e.nodes, nil)
 		e.startNode(i)
@@ -70,7 +76,7 @@ func (e *env) config() config.Config {
 	cfg.AllowInsecure = true
 	cfg.Limits.SessionStartsPerMinute = 0
 	cfg.Limits.MessagesPerMinute = 0
-	cfg.NATS = config.NATSConfig{Store: config.StoreNATS, URL: e.nats.AllURLs(), Name: "macp", Replicas: 3, Timeout: 2 * time.Second}
+	cfg.NATS = config.NATSConfig{Store: config.StoreNATS, URL: e.nats.AllURLs(), Name: "macp", Replicas: 3, Timeout: 2 * time.Second, Bus: e.bus}
 	return cfg
 }
 

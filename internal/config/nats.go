@@ -65,7 +65,10 @@ func (c *Config) validateNATS() []error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	switch n.Store {
 	case "", StorePebble:
-		return nil
+		if n.Bus {
+			bad("MACP_NATS_BUS (--nats-bus) needs MACP_STORE=nats")
+		}
+		return errs
 	case StoreNATS:
 	default:
 		bad("MACP_STORE (--store) %q must be %q or %q", n.Store, StorePebble, StoreNATS)

@@ -37,6 +37,7 @@ func TestNATSFromEnvAndValidate(t *testing.T) {
 		"set at most one":      func(c *Config) { c.NATS.Token = "t" },
 		"MACP_NATS_TLS_CERT":   func(c *Config) { c.NATS.TLSCertPath = "c" },
 		"MACP_STORE (--store)": func(c *Config) { c.NATS.Store = "etcd" },
+		"MACP_NATS_BUS":        func(c *Config) { c.NATS.Store = StorePebble },
 	} {
 		bad := c
 		mut(&bad)
