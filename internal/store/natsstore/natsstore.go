@@ -756,12 +756,7 @@ func (s *Store) List(ctx context.Context, fn func(store.SessionInfo) error) erro
 // ListOpen implements store.Store. It filters List: its cost grows with
 // all stored sessions (see the package doc).
 func (s *Store) ListOpen(ctx context.Context, fn func(store.SessionInfo) error) error {
-	return s.List(ctx, func(info store.SessionInfo) error {
-		if info.Status != session.Open && info.Quarantined == "" {
-			return nil
-		}
-		return fn(info)
-	})
+	return s.List(ctx, store.OpenOnly(fn))
 }
 
 // Sessions implements store.Store.
