@@ -48,6 +48,7 @@ type App struct {
 	lis    net.Listener
 	served chan error
 	once   sync.Once
+	cl     clusterState // MACP_STORE=nats (cluster.go)
 
 	metrics    *prometheus.Registry
 	admin      *admin.Server // nil unless cfg.AdminAddr is set
@@ -88,8 +89,14 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 			_ = st.Close() // release the data directory's lock
 		}
 	}()
+	var cl clusterState // cluster.go: MACP_STORE=nats
 	if cfg.MemoryOnly {
 		st = memstore.New()
+	} else if cfg.NATS.Store == config.StoreNATS {
+		if cl.ns, err = openNATS(cfg, log); err != nil {
+			return nil, err
+		}
+		st = cl.ns
 	} else {
 		ps, err := pebblestore.Open(cfg.DataDir, pebblestore.Options{Logger: log})
 		if err != nil {
@@ -121,13 +128,16 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 		// Send's bound (the server leaves it out of its per-call context).
 		CommitTimeout: cfg.Limits.UnaryTimeout,
 	})
+	if err := cl.prepare(rt, cfg); err != nil {
+		return nil, err
+	}
 	// Authenticators in chain order (JWT, static tokens, client
 	// certificate, dev identities last); see auth.FromConfig.
 	authn, err := auth.FromConfig(cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	a := &App{cfg: cfg, log: log, store: st, rt: rt, served: make(chan error, 1), metrics: reg}
+	a := &App{cfg: cfg, log: log, store: st, rt: rt, served: make(chan error, 1), metrics: reg, cl: cl}
 	svc := server.New(rt, authn, server.Options{
 		Info: server.Info{
 			Name:        "macpd",
@@ -215,6 +225,10 @@ func (a *App) Start(ctx context.Context) error {
 	if err := a.rt.Start(ctx); err != nil {
 		return err
 	}
+	if err := a.cl.start(ctx, a.rt, a.log); err != nil {
+		a.rt.Close()
+		return err
+	}
 	lis, err := net.Listen("tcp", a.cfg.BindAddr)
 	if err != nil {
 		a.rt.Close()
@@ -254,7 +268,7 @@ func (a *App) Start(ctx context.Context) error {
 	lis = server.LimitListener(a.svc.GuardListener(lis), a.cfg.Limits.MaxConnections) // MACP_MAX_CONNECTIONS(_PER_ADDR), MACP_FIRST_CALL_TIMEOUT_MS
 	go func() { a.served <- a.grpc.Serve(lis) }()
 	a.log.Info("macpd serving", "addr", lis.Addr().String(), "version", Version,
-		"store", map[bool]string{true: "memory", false: a.cfg.DataDir}[a.cfg.MemoryOnly],
+		"store", storeName(a.cfg),
 		"tls", a.cfg.TLSCertPath != "", "insecure", a.cfg.AllowInsecure)
 	if a.cfg.AllowInsecure {
 		a.log.Warn("insecure mode: plaintext transport and dev bearer identities are enabled; do not use in production")
@@ -313,6 +327,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 			<-a.adminServe
 		}
 		a.stopSnapshots()
+		a.cl.stop()
 		a.rt.Close()
 		err = a.store.Close()
 		a.log.Info("macpd stopped")

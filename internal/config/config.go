@@ -87,6 +87,9 @@ type Config struct {
 	Snapshots SnapshotConfig
 	// HTTP holds the HTTP/SSE/WebSocket bindings' settings (http.go).
 	HTTP HTTPConfig
+	// NATS selects the store (MACP_STORE) and holds the NATS JetStream
+	// settings for MACP_STORE=nats (nats.go).
+	NATS NATSConfig
 }
 
 // Default returns the documented defaults.
@@ -110,6 +113,7 @@ func Default() Config {
 		Limits:          DefaultLimits(),
 		Snapshots:       DefaultSnapshots(),
 		HTTP:            DefaultHTTP(),
+		NATS:            DefaultNATS(),
 	}
 }
 
@@ -189,6 +193,7 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.validateLimits()...)
 	errs = append(errs, c.validateSnapshots()...)
 	errs = append(errs, c.validateHTTP()...)
+	errs = append(errs, c.validateNATS()...)
 	return errors.Join(errs...)
 }
 
@@ -291,6 +296,7 @@ func (c *Config) FromEnv(lookup Env) error {
 	errs = append(errs, c.limitsFromEnv(lookup)...)
 	errs = append(errs, c.snapshotsFromEnv(lookup)...)
 	errs = append(errs, c.httpFromEnv(lookup)...)
+	errs = append(errs, c.natsFromEnv(lookup)...)
 	return errors.Join(errs...)
 }
 
@@ -334,4 +340,5 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.registerLimitFlags(fs)
 	c.registerSnapshotFlags(fs)
 	c.registerHTTPFlags(fs)
+	c.registerNATSFlags(fs)
 }

@@ -41,6 +41,7 @@ func TestDefault(t *testing.T) {
 		Limits:          DefaultLimits(),
 		Snapshots:       DefaultSnapshots(),
 		HTTP:            DefaultHTTP(),
+		NATS:            DefaultNATS(),
 	}
 	if c != want {
 		t.Fatalf("Default()\n got %+v\nwant %+v", c, want)
@@ -91,7 +92,7 @@ func TestFromEnvEveryVariable(t *testing.T) {
 		TLSCertPath: "/etc/macp/cert.pem", TLSKeyPath: "/etc/macp/key.pem",
 		MaxPayloadBytes: 2048, MaxTTL: time.Minute, MaxParticipants: 7, MaxOpenSessions: 3,
 		StartSkew: 0, LogLevel: "debug", LogFormat: "json", ShutdownGrace: 2500 * time.Millisecond,
-		StreamHeartbeat: 0, EvictAfter: 5 * time.Minute, Limits: DefaultLimits(), Snapshots: DefaultSnapshots(), HTTP: DefaultHTTP(),
+		StreamHeartbeat: 0, EvictAfter: 5 * time.Minute, Limits: DefaultLimits(), Snapshots: DefaultSnapshots(), HTTP: DefaultHTTP(), NATS: DefaultNATS(),
 		AdminAddr: "127.0.0.1:9090", AdminPprof: true, GCPercent: 150, GCMinHeap: 32 << 20, MemoryLimit: 1 << 30,
 	}
 	if c != want {
@@ -201,7 +202,7 @@ func TestFlagsOverrideEnv(t *testing.T) {
 		TLSCertPath: "c.pem", TLSKeyPath: "k.pem", MaxPayloadBytes: 100, MaxTTL: 2 * time.Hour,
 		MaxParticipants: 9, MaxOpenSessions: 4, StartSkew: 0, LogLevel: "debug", LogFormat: "json",
 		ShutdownGrace: time.Second, StreamHeartbeat: 15 * time.Second, EvictAfter: 5 * time.Minute,
-		Limits: DefaultLimits(), Snapshots: DefaultSnapshots(), HTTP: DefaultHTTP(), AdminAddr: "10.0.0.5:9100", AdminPprof: true, GCPercent: 300, MemoryLimit: 2048,
+		Limits: DefaultLimits(), Snapshots: DefaultSnapshots(), HTTP: DefaultHTTP(), NATS: DefaultNATS(), AdminAddr: "10.0.0.5:9100", AdminPprof: true, GCPercent: 300, MemoryLimit: 2048,
 	}
 	if c != want {
 		t.Fatalf("after flags\n got %+v\nwant %+v", c, want)

@@ -147,6 +147,8 @@ type Runtime struct {
 	// nil without a timeout.
 	deadlines *deadlines
 
+	shared atomic.Bool // the store is shared with other nodes (cluster.go)
+
 	metrics   *Metrics     // nil: none (metrics.go)
 	followers atomic.Int64 // registered followers, all sessions (metrics)
 }
@@ -549,6 +551,7 @@ func (r *Runtime) heal(ctx context.Context, o *owner) error {
 	o.durableMu.Lock()
 	o.durableSeq = s.Seq
 	o.durableMu.Unlock()
+	r.healedShared(ctx, o) // cluster.go: records other nodes stored reach the followers
 	if s.Status == session.Open {
 		// The failed append may have been the expiry itself.
 		r.timers.add(o.id, s.DeadlineMs)
@@ -609,18 +612,23 @@ func (r *Runtime) Send(ctx context.Context, id coord.Identity, env *macpv1.Envel
 }
 
 // step offers a session-scoped envelope (sender bound, structure checked) to
-// its session.
+// its session; with a shared store it is decided again when another node
+// stored first (cluster.go).
 func (r *Runtime) step(ctx context.Context, env *macpv1.Envelope) *macpv1.Ack {
+	return r.retryShared(ctx, func() (*macpv1.Ack, bool) { return r.stepOnce(ctx, env) })
+}
+
+func (r *Runtime) stepOnce(ctx context.Context, env *macpv1.Envelope) (*macpv1.Ack, bool) {
 	o, cerr := r.lockSession(ctx, env.SessionId)
 	if cerr != nil {
-		return nackFor(env, cerr, 0)
+		return nackFor(env, cerr, 0), false
 	}
 	if cerr := r.authorizeStep(o.sess, env); cerr != nil { // authz.go: members only, before dedup
 		o.mu.Unlock()
-		return nackFor(env, cerr, 0)
+		return nackFor(env, cerr, 0), false
 	}
 	now := r.nowMs()
-	before := o.sess.Status
+	before, seen := o.sess.Status, o.sess.Seq
 	out := o.sess.Step(env, now, r.opts.Limits)
 	state := o.sess.Status
 	closes := before == session.Open && state.Terminal()
@@ -631,18 +639,24 @@ func (r *Runtime) step(ctx context.Context, env *macpv1.Envelope) *macpv1.Ack {
 	done := r.enqueue(o, out.Records, events, closes)
 	o.mu.Unlock()
 	if err := r.await(ctx, done, nil); err != nil {
-		if len(out.Records) == 0 {
-			return nackFor(env, coord.Errorf(coord.CodeInternalError, "an earlier message of the session could not be stored; retry"), 0)
+		if r.sharedRetry(err) {
+			return nil, true
 		}
-		return nackFor(env, coord.Errorf(coord.CodeInternalError, "the message could not be stored"), 0)
+		if len(out.Records) == 0 {
+			return nackFor(env, coord.Errorf(coord.CodeInternalError, "an earlier message of the session could not be stored; retry"), 0), false
+		}
+		return nackFor(env, coord.Errorf(coord.CodeInternalError, "the message could not be stored"), 0), false
+	}
+	if len(out.Records) == 0 && r.staleCopy(ctx, o, seen) { // cluster.go
+		return nil, true
 	}
 	switch {
 	case out.Duplicate:
-		return &macpv1.Ack{Ok: true, Duplicate: true, MessageId: env.MessageId, SessionId: env.SessionId, AcceptedAtUnixMs: now, SessionState: state.Proto()}
+		return &macpv1.Ack{Ok: true, Duplicate: true, MessageId: env.MessageId, SessionId: env.SessionId, AcceptedAtUnixMs: now, SessionState: state.Proto()}, false
 	case out.Err != nil:
-		return nackFor(env, out.Err, state.Proto())
+		return nackFor(env, out.Err, state.Proto()), false
 	}
-	return &macpv1.Ack{Ok: true, MessageId: env.MessageId, SessionId: env.SessionId, AcceptedAtUnixMs: now, SessionState: state.Proto()}
+	return &macpv1.Ack{Ok: true, MessageId: env.MessageId, SessionId: env.SessionId, AcceptedAtUnixMs: now, SessionState: state.Proto()}, false
 }
 
 // await waits for a commit; if ctx ends first the commit still completes in
@@ -694,23 +708,27 @@ func (r *Runtime) closedOpen(o *owner) {
 }
 
 func (r *Runtime) startSession(ctx context.Context, id coord.Identity, env *macpv1.Envelope) *macpv1.Ack {
+	return r.retryShared(ctx, func() (*macpv1.Ack, bool) { return r.startSessionOnce(ctx, id, env) })
+}
+
+func (r *Runtime) startSessionOnce(ctx context.Context, id coord.Identity, env *macpv1.Envelope) (*macpv1.Ack, bool) {
 	if id.Caps.CannotStartSessions {
-		return nackFor(env, coord.Errorf(coord.CodeForbidden, "%s may not start sessions", id.Sender), 0)
+		return nackFor(env, coord.Errorf(coord.CodeForbidden, "%s may not start sessions", id.Sender), 0), false
 	}
 	if !id.Caps.AllowsMode(env.Mode) {
-		return nackFor(env, coord.Errorf(coord.CodeForbidden, "%s may not start %s sessions", id.Sender, env.Mode), 0)
+		return nackFor(env, coord.Errorf(coord.CodeForbidden, "%s may not start %s sessions", id.Sender, env.Mode), 0), false
 	}
 	now := r.nowMs()
 	// An existing session answers for itself: a resend of its SessionStart
 	// is a duplicate, anything else SESSION_ALREADY_EXISTS.
 	if _, cerr := r.sessionOwner(ctx, env.SessionId); cerr == nil {
-		return r.step(ctx, env)
+		return r.step(ctx, env), false
 	} else if cerr.Code != coord.CodeSessionNotFound {
-		return nackFor(env, cerr, 0)
+		return nackFor(env, cerr, 0), false
 	}
 	s, rec, err := session.Start(env, now, r.deps())
 	if err != nil {
-		return nackFor(env, coord.AsError(err), 0)
+		return nackFor(env, coord.AsError(err), 0), false
 	}
 	o := &owner{id: env.SessionId, initiator: id.Sender, sess: s, durableCh: make(chan struct{})}
 	// o is not visible to anyone until it is in the map, so locking it
@@ -720,7 +738,7 @@ func (r *Runtime) startSession(ctx context.Context, id coord.Identity, env *macp
 	if _, taken := r.sessions[env.SessionId]; taken {
 		r.mu.Unlock()
 		o.mu.Unlock()
-		return r.step(ctx, env)
+		return r.step(ctx, env), false
 	}
 	limit := r.opts.MaxOpenSessionsPerInitiator
 	if id.Caps.MaxOpenSessions > 0 {
@@ -729,7 +747,7 @@ func (r *Runtime) startSession(ctx context.Context, id coord.Identity, env *macp
 	if limit > 0 && r.openBy[id.Sender] >= limit {
 		r.mu.Unlock()
 		o.mu.Unlock()
-		return nackFor(env, coord.Errorf(coord.CodeRateLimited, "%s already has %d open sessions", id.Sender, limit), 0)
+		return nackFor(env, coord.Errorf(coord.CodeRateLimited, "%s already has %d open sessions", id.Sender, limit), 0), false
 	}
 	r.sessions[env.SessionId] = o
 	r.openBy[id.Sender]++
@@ -746,9 +764,12 @@ func (r *Runtime) startSession(ctx context.Context, id coord.Identity, env *macp
 			r.forget(o)
 		}
 	}); err != nil {
-		return nackFor(env, coord.Errorf(coord.CodeInternalError, "the session could not be stored"), 0)
+		if r.sharedRetry(err) {
+			return nil, true
+		}
+		return nackFor(env, coord.Errorf(coord.CodeInternalError, "the session could not be stored"), 0), false
 	}
-	return &macpv1.Ack{Ok: true, MessageId: env.MessageId, SessionId: env.SessionId, AcceptedAtUnixMs: now, SessionState: macpv1.SessionState_SESSION_STATE_OPEN}
+	return &macpv1.Ack{Ok: true, MessageId: env.MessageId, SessionId: env.SessionId, AcceptedAtUnixMs: now, SessionState: macpv1.SessionState_SESSION_STATE_OPEN}, false
 }
 
 // forget removes a session whose SessionStart could not be stored, unless
@@ -793,16 +814,25 @@ func cloneEnvelope(e *macpv1.Envelope) *macpv1.Envelope {
 // may cancel (FORBIDDEN); unknown sessions are SESSION_NOT_FOUND; an
 // already terminal session is answered ok with its state.
 func (r *Runtime) Cancel(ctx context.Context, id coord.Identity, sessionID, reason string) (*macpv1.Ack, *coord.Error) {
+	var cerr *coord.Error
+	ack := r.retryShared(ctx, func() (ack *macpv1.Ack, retry bool) {
+		ack, cerr, retry = r.cancelOnce(ctx, id, sessionID, reason)
+		return ack, retry
+	})
+	return ack, cerr
+}
+
+func (r *Runtime) cancelOnce(ctx context.Context, id coord.Identity, sessionID, reason string) (*macpv1.Ack, *coord.Error, bool) {
 	o, cerr := r.lockSession(ctx, sessionID)
 	if cerr != nil {
-		return nil, cerr
+		return nil, cerr, false
 	}
 	now := r.nowMs()
 	before := o.sess.Status
 	out := o.sess.Cancel(id.Sender, reason, uuid.NewString(), now)
 	if out.Err != nil {
 		o.mu.Unlock()
-		return nil, out.Err
+		return nil, out.Err, false
 	}
 	state := o.sess.Status
 	closes := before == session.Open && state.Terminal()
@@ -813,13 +843,16 @@ func (r *Runtime) Cancel(ctx context.Context, id coord.Identity, sessionID, reas
 	done := r.enqueue(o, out.Records, events, closes)
 	o.mu.Unlock()
 	if err := r.await(ctx, done, nil); err != nil {
-		return &macpv1.Ack{Ok: false, SessionId: sessionID, Error: &macpv1.MACPError{Code: string(coord.CodeInternalError), Message: "the cancellation could not be stored", SessionId: sessionID}}, nil
+		if r.sharedRetry(err) {
+			return nil, nil, true
+		}
+		return &macpv1.Ack{Ok: false, SessionId: sessionID, Error: &macpv1.MACPError{Code: string(coord.CodeInternalError), Message: "the cancellation could not be stored", SessionId: sessionID}}, nil, false
 	}
 	ack := &macpv1.Ack{Ok: true, SessionId: sessionID, AcceptedAtUnixMs: now, SessionState: state.Proto()}
 	if len(out.Records) > 0 && out.Records[0].Envelope != nil {
 		ack.MessageId = out.Records[0].Envelope.MessageId
 	}
-	return ack, nil
+	return ack, nil, false
 }
 
 // expireByTimer is called by the timer loop when a deadline passes. The

@@ -3,7 +3,8 @@
 // every implementation satisfies, and the sentinel errors callers branch on.
 //
 // Implementations: pebblestore (the embedded durable default, data under
-// MACP_DATA_DIR) and memstore (in-memory twin, used for tests and
+// MACP_DATA_DIR), natsstore (NATS JetStream, shared by several macpd nodes,
+// MACP_STORE=nats) and memstore (in-memory twin, used for tests and
 // MACP_MEMORY_ONLY=1). Both store records in the binary format of package
 // record, which also computes the integrity chain; package verify checks a
 // store offline (macpctl verify). Every implementation passes the shared

@@ -157,3 +157,14 @@ func ValidSessionID(id string) bool {
 	}
 	return true
 }
+
+// OpenOnly wraps a ListOpen callback for stores that implement ListOpen by
+// filtering List: fn sees the OPEN and the quarantined sessions only.
+func OpenOnly(fn func(SessionInfo) error) func(SessionInfo) error {
+	return func(info SessionInfo) error {
+		if info.Status != session.Open && info.Quarantined == "" {
+			return nil
+		}
+		return fn(info)
+	}
+}

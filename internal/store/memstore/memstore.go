@@ -202,12 +202,7 @@ func (s *Store) List(_ context.Context, fn func(store.SessionInfo) error) error 
 // ListOpen implements store.Store: List's OPEN sessions (a memstore
 // quarantines nothing). It visits every session, which is fine in memory.
 func (s *Store) ListOpen(ctx context.Context, fn func(store.SessionInfo) error) error {
-	return s.List(ctx, func(info store.SessionInfo) error {
-		if info.Status != session.Open && info.Quarantined == "" {
-			return nil
-		}
-		return fn(info)
-	})
+	return s.List(ctx, store.OpenOnly(fn))
 }
 
 // Purge implements store.Store.

@@ -1,0 +1,112 @@
+// Package cluster runs one macpd node of several sharing a NATS JetStream
+// store (MACP_STORE=nats; docs/cluster.md). It keeps the node's runtime
+// current with what the other nodes store:
+//
+//   - a JetStream ordered consumer on the history stream, started after the
+//     stream's last sequence taken before the runtime's recovery, hands
+//     every stored message's records to runtime.ApplyStored (followers on
+//     this node see envelopes accepted on other nodes; sessions started
+//     elsewhere become resident, so their TTL is armed here too);
+//   - a watch on the meta key-value bucket reloads the extension-mode and
+//     policy registries (runtime.ReloadRegistries) when any node changes
+//     them.
+//
+// Acceptance itself needs none of this: the store's per-session expected
+// sequence decides it (natsstore, runtime/cluster.go). The feed only keeps
+// copies fresh; a copy that is stale is caught up when an append of its
+// own conflicts.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/macpd/macpd/internal/runtime"
+	"github.com/macpd/macpd/internal/store/natsstore"
+)
+
+// Node is the feed of one node. Stop it before closing the runtime.
+type Node struct {
+	cancel context.CancelFunc
+	cc     jetstream.ConsumeContext
+	wg     sync.WaitGroup
+}
+
+// Start feeds rt with every message stored after stream sequence after
+// (natsstore.LastStreamSeq, taken before rt.Start) and with registry
+// changes.
+func Start(ctx context.Context, st *natsstore.Store, rt *runtime.Runtime, after uint64, log *slog.Logger) (*Node, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	n := &Node{cancel: cancel}
+	stream, err := st.JetStream().Stream(ctx, st.StreamName())
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:   after + 1,
+	})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	n.cc, err = cons.Consume(func(m jetstream.Msg) {
+		md, err := m.Metadata()
+		if err != nil {
+			return
+		}
+		_, recs, err := st.Decode(m.Subject(), m.Headers(), m.Data(), md.Sequence.Stream)
+		if err != nil {
+			log.Warn("undecodable history message; sessions read it from the store", "subject", m.Subject(), "err", err)
+			return
+		}
+		rt.ApplyStored(recs)
+	})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	w, err := st.MetaBucket().WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		n.cc.Stop()
+		cancel()
+		return nil, err
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer func() { _ = w.Stop() }()
+		for {
+			select {
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil {
+					continue
+				}
+				if err := rt.ReloadRegistries(ctx); err != nil && !errors.Is(err, context.Canceled) {
+					log.Warn("reloading registries from the shared store failed", "err", err)
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return n, nil
+}
+
+// Stop ends the feed.
+func (n *Node) Stop() {
+	n.cc.Stop()
+	n.cancel()
+	n.wg.Wait()
+}

@@ -1,0 +1,220 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
+
+	decisionv1 "github.com/macpd/macpd/gen/macp/modes/decision/v1"
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/app"
+	"github.com/macpd/macpd/internal/config"
+	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/mode/decision"
+	"github.com/macpd/macpd/internal/natstest"
+	"github.com/macpd/macpd/internal/session"
+	"github.com/macpd/macpd/internal/store/natsstore"
+)
+
+// soak reports whether the long configuration runs (MACP_CLUSTER_SOAK=1,
+// docs/cluster.md); the default is the short one CI runs.
+func soak() bool { return os.Getenv("MACP_CLUSTER_SOAK") == "1" }
+
+var (
+	initID  = coord.Identity{Sender: "agent://init"}
+	aliceID = coord.Identity{Sender: "agent://alice"}
+	bobID   = coord.Identity{Sender: "agent://bob"}
+)
+
+const cfgVersion = "cfg-1"
+
+// env is a cluster of JetStream servers and macpd nodes (Apps with
+// MACP_STORE=nats) on loopback.
+type env struct {
+	t     testing.TB
+	nats  *natstest.Cluster
+	mu    sync.Mutex
+	nodes []*app.App // nil: killed
+	bus   bool       // MACP_NATS_BUS on every node started after it is set
+}
+
+func newEnv(t testing.TB, servers, nodes int) *env {
+	t.Helper()
+	return newEnvBus(t, servers, nodes, false)
+}
+
+func newEnvBus(t testing.TB, servers, nodes int, bus bool) *env {
+	t.Helper()
+	e := &env{t: t, nats: natstest.RunCluster(t, servers), bus: bus}
+	for i := 0; i < nodes; i++ {
+		e.nodes = append(e.nodes, nil)
+		e.startNode(i)
+	}
+	t.Cleanup(func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		for _, a := range e.nodes {
+			if a != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_ = a.Shutdown(ctx)
+				cancel()
+			}
+		}
+	})
+	return e
+}
+
+func (e *env) config() config.Config {
+	cfg := config.Default()
+	cfg.BindAddr = "127.0.0.1:0"
+	cfg.AllowInsecure = true
+	cfg.Limits.SessionStartsPerMinute = 0
+	cfg.Limits.MessagesPerMinute = 0
+	cfg.NATS = config.NATSConfig{Store: config.StoreNATS, URL: e.nats.AllURLs(), Name: "macp", Replicas: 3, Timeout: 2 * time.Second, Bus: e.bus}
+	return cfg
+}
+
+// startNode starts (or restarts) node i.
+func (e *env) startNode(i int) {
+	e.t.Helper()
+	var a *app.App
+	var err error
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		a, err = app.New(e.config(), nil)
+		if err == nil {
+			if err = a.Start(context.Background()); err == nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("node %d: %v", i, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	e.mu.Lock()
+	e.nodes[i] = a
+	e.mu.Unlock()
+}
+
+// kill stops node i abruptly (app.Kill: no drain, appends cut off).
+func (e *env) kill(i int) {
+	e.mu.Lock()
+	a := e.nodes[i]
+	e.nodes[i] = nil
+	e.mu.Unlock()
+	if a != nil {
+		a.Kill()
+	}
+}
+
+// node returns node i, or nil while it is down.
+func (e *env) node(i int) *app.App {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.nodes[i]
+}
+
+// reader opens a store connection of its own, for checking history.
+func (e *env) reader() *natsstore.Store {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var ns *natsstore.Store
+	var err error
+	for ctx.Err() == nil {
+		if ns, err = natsstore.Open(ctx, natsstore.Options{URL: e.nats.AllURLs(), Replicas: 3, Timeout: 2 * time.Second}); err == nil {
+			e.t.Cleanup(func() { ns.Close() })
+			return ns
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	e.t.Fatalf("reader: %v", err)
+	return nil
+}
+
+// history reads a session's stored records (retrying while the cluster
+// elects leaders).
+func history(t *testing.T, ns *natsstore.Store, sid string) []session.Record {
+	t.Helper()
+	var recs []session.Record
+	var err error
+	for i := 0; i < 100; i++ {
+		recs = recs[:0]
+		err = ns.Read(context.Background(), sid, 1, func(r session.Record) error {
+			recs = append(recs, r)
+			return nil
+		})
+		if err == nil {
+			return recs
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("reading %s: %v", sid, err)
+	return nil
+}
+
+func mustMarshal(m proto.Message) []byte {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func startEnv(sid, msgID string, ttlMs int64) *macpv1.Envelope {
+	return &macpv1.Envelope{
+		MacpVersion: coord.ProtocolVersion, Mode: decision.ModeID, MessageType: coord.TypeSessionStart,
+		MessageId: msgID, SessionId: sid, TimestampUnixMs: time.Now().UnixMilli(),
+		Payload: mustMarshal(&macpv1.SessionStartPayload{
+			Intent: "decide", Participants: []string{aliceID.Sender, bobID.Sender},
+			ModeVersion: decision.ModeVersion, ConfigurationVersion: cfgVersion, TtlMs: ttlMs,
+		}),
+	}
+}
+
+func sessionEnv(sid, msgID, typ string, payload []byte) *macpv1.Envelope {
+	return &macpv1.Envelope{
+		MacpVersion: coord.ProtocolVersion, Mode: decision.ModeID, MessageType: typ,
+		MessageId: msgID, SessionId: sid, TimestampUnixMs: time.Now().UnixMilli(), Payload: payload,
+	}
+}
+
+func proposalEnv(sid, msgID string) *macpv1.Envelope {
+	return sessionEnv(sid, msgID, decision.TypeProposal,
+		mustMarshal(&decisionv1.ProposalPayload{ProposalId: "p-" + msgID, Option: "option " + msgID, Rationale: "r"}))
+}
+
+func commitEnv(sid, msgID, cid string) *macpv1.Envelope {
+	return sessionEnv(sid, msgID, coord.TypeCommitment, mustMarshal(&macpv1.CommitmentPayload{
+		CommitmentId: cid, Action: "decision.rejected", AuthorityScope: "test", Reason: "done",
+		ModeVersion: decision.ModeVersion, ConfigurationVersion: cfgVersion, OutcomePositive: false,
+	}))
+}
+
+// send sends env as id through node i's runtime (the transports are thin
+// adapters over it); nil if the node is down.
+func (e *env) send(i int, id coord.Identity, env *macpv1.Envelope) *macpv1.Ack {
+	a := e.node(i)
+	if a == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return a.Runtime().Send(ctx, id, proto.Clone(env).(*macpv1.Envelope))
+}
+
+func newSID() string { return uuid.NewString() }
+
+func ackString(a *macpv1.Ack) string {
+	if a == nil {
+		return "<node down>"
+	}
+	return fmt.Sprintf("ok=%v dup=%v err=%s %s", a.Ok, a.Duplicate, a.GetError().GetCode(), a.GetError().GetMessage())
+}
