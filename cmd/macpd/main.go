@@ -93,6 +93,9 @@ func run(args []string, stderr io.Writer) error {
 var envOnly = [][2]string{
 	{"MACP_AUTH_TOKENS_JSON", "static bearer tokens as inline JSON (the file form is --auth-tokens-file)"},
 	{"MACP_AUTH_JWKS_JSON", "JWT verification keys as an inline JWKS document (the URL form is --auth-jwks-url)"},
+	{"MACP_NATS_USER", "NATS user name, with MACP_NATS_PASSWORD (--store=nats)"},
+	{"MACP_NATS_PASSWORD", "NATS password (the file forms are --nats-creds-file and --nats-nkey-file)"},
+	{"MACP_NATS_TOKEN", "NATS authentication token"},
 }
 
 func usage(fs *flag.FlagSet) {

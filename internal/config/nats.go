@@ -155,4 +155,9 @@ func (c *Config) registerNATSFlags(fs *flag.FlagSet) {
 	fs.IntVar(&n.Replicas, "nats-replicas", n.Replicas, "replicas of the stream and buckets macpd creates (MACP_NATS_REPLICAS)")
 	fs.DurationVar(&n.Timeout, "nats-timeout", n.Timeout, "bound of each JetStream request (MACP_NATS_TIMEOUT_MS)")
 	fs.BoolVar(&n.Bus, "nats-bus", n.Bus, "serve the message-bus binding over NATS subjects (MACP_NATS_BUS)")
+	fs.StringVar(&n.CredsFile, "nats-creds-file", n.CredsFile, "NATS user credentials file, JWT and nkey seed (MACP_NATS_CREDS_FILE)")
+	fs.StringVar(&n.NKeyFile, "nats-nkey-file", n.NKeyFile, "NATS nkey seed file (MACP_NATS_NKEY_FILE)")
+	fs.StringVar(&n.TLSCAPath, "nats-tls-ca", n.TLSCAPath, "CA bundle that verifies the NATS servers (MACP_NATS_TLS_CA_PATH)")
+	fs.StringVar(&n.TLSCertPath, "nats-tls-cert", n.TLSCertPath, "macpd's client certificate for NATS (MACP_NATS_TLS_CERT_PATH)")
+	fs.StringVar(&n.TLSKeyPath, "nats-tls-key", n.TLSKeyPath, "its private key (MACP_NATS_TLS_KEY_PATH)")
 }
