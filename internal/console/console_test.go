@@ -216,6 +216,9 @@ func TestConsoleInChromium(t *testing.T) {
 	eval(`window.__sameDocument = true`, nil)
 	wait("the identity", `document.getElementById("whoami").textContent === "Signed in as coord"`)
 	wait("the dev banner", `!document.getElementById("dev-banner").hidden`)
+	// The list has been read and the lifecycle feed is open before the
+	// session starts, so the session can only appear through the feed.
+	wait("the lifecycle feed", `window.macpConsole.listConnects === 1`)
 
 	sid := uuid.NewString()
 	start("coord", sid, "alice", "bob")
@@ -283,6 +286,16 @@ func TestConsoleInChromium(t *testing.T) {
 
 	eval(`location.hash = "#/"`, nil)
 	wait("RESOLVED in the list", row+`?.dataset.state === "RESOLVED"`)
+	// And a change while the list is open arrives live: a second session,
+	// cancelled.
+	sid2 := uuid.NewString()
+	start("coord", sid2, "alice")
+	row2 := fmt.Sprintf(`document.querySelector('#sessions tr[data-sid=%q]')`, sid2)
+	wait("the second session", row2+`?.dataset.state === "OPEN"`)
+	if _, err := rpc.CancelSession(as("coord"), &macpv1.CancelSessionRequest{SessionId: sid2, Reason: "not needed"}); err != nil {
+		t.Fatal(err)
+	}
+	wait("EXPIRED in the list (a cancelled session is EXPIRED)", row2+`?.dataset.state === "EXPIRED"`)
 	var same bool
 	eval(`window.__sameDocument === true`, &same)
 	if !same {
@@ -293,7 +306,7 @@ func TestConsoleInChromium(t *testing.T) {
 	wait("the modes", `document.querySelectorAll("#modes tbody tr").length >= 5 && document.querySelectorAll("#policies tbody tr").length >= 1`)
 	shot("modes.png")
 	eval(`location.hash = "#/health"`, nil)
-	wait("the health page", `document.getElementById("health").textContent.includes("reachable") && document.querySelectorAll("#counts tbody tr").length === 4`)
+	wait("the health page", `document.getElementById("health").textContent.includes("reachable") && document.querySelectorAll("#counts tbody tr").length === 3`)
 	shot("health.png")
 
 	// Reading eve's session directly is refused and shows nothing of it.

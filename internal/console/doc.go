@@ -4,9 +4,11 @@
 // listener. The pages use only the public HTTP/SSE API of
 // internal/httpapi, so the console is also a working example of it:
 //
-//   - the session list polls GET /macp/sessions (the caller's
-//     authorization filters it, exactly as for any client), so new
-//     sessions appear and states change without a reload;
+//   - the session list reads GET /macp/sessions and then follows
+//     GET /macp/sessions/events, the lifecycle feed (both filtered by the
+//     caller's authorization, exactly as for any client), so new sessions
+//     appear and states change without a reload; after a dropped feed it
+//     re-reads the list and watches again;
 //   - the session view reads GET /macp/session/{id} and follows
 //     GET /macp/session/{id}/events?payload=json (decoded payloads) with
 //     an EventSource opened by a single-use ticket from

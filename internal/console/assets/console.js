@@ -81,29 +81,48 @@
   }
 
   // --- session list ----------------------------------------------------
-  // Polls GET /macp/sessions: the server filters it by the caller's
-  // authorization, exactly as for an agent.
+  // Reads GET /macp/sessions, then follows GET /macp/sessions/events (the
+  // lifecycle feed) with a single-use ticket; both are filtered by the
+  // caller's authorization on the server, exactly as for an agent. After a
+  // dropped feed it re-reads the list and watches again.
   function startList() {
     const gen = ++S.listGen;
-    const tick = async () => {
+    const sync = async (attempt) => {
       if (gen !== S.listGen) return;
-      let delay = 2000;
+      const again = (ms) => { if (gen === S.listGen) S.listTimer = setTimeout(() => sync(attempt + 1), ms); };
+      let ticket;
       try {
         const r = await api("/macp/sessions");
         if (gen !== S.listGen) return;
         S.sessions = (r && r.sessions) || [];
         renderList();
-        $("list-status").textContent = "Live: refreshed " + new Date().toLocaleTimeString() + " (" + S.sessions.length + " visible to this identity)";
+        ticket = (await api("/macp/auth/ticket", { method: "POST" })).ticket;
         showError(null);
       } catch (e) {
-        showError(e);
-        if (e.body && e.body.code === "RATE_LIMITED") delay = 10000;
+        showError(e); again(Math.min(10000, 1000 * (attempt + 1))); return;
       }
-      if (gen === S.listGen) S.listTimer = setTimeout(tick, document.hidden ? 5000 : delay);
+      if (gen !== S.listGen) return;
+      const es = new EventSource("/macp/sessions/events?ticket=" + encodeURIComponent(ticket));
+      S.listFeed = es;
+      es.onopen = () => { attempt = 0; S.listConnects = (S.listConnects || 0) + 1; $("list-status").textContent = "Live (" + S.sessions.length + " visible to this identity)"; };
+      es.addEventListener("lifecycle", (ev) => {
+        let e; try { e = JSON.parse(ev.data); } catch (_) { return; }
+        const md = e.session; if (!md || !md.session_id) return;
+        const i = S.sessions.findIndex((x) => x.session_id === md.session_id);
+        if (i >= 0) S.sessions[i] = md; else S.sessions.push(md);
+        renderList();
+        $("list-status").textContent = "Live (" + S.sessions.length + " visible to this identity); last change " + new Date().toLocaleTimeString();
+      });
+      es.onerror = () => {
+        es.close();
+        if (gen !== S.listGen) return;
+        $("list-status").textContent = "Connection lost; reconnecting…";
+        again(500);
+      };
     };
-    tick();
+    sync(0);
   }
-  function stopList() { S.listGen++; clearTimeout(S.listTimer); }
+  function stopList() { S.listGen++; clearTimeout(S.listTimer); if (S.listFeed) { S.listFeed.close(); S.listFeed = null; } }
 
   function renderList() {
     const fs = $("f-state").value, fm = $("f-mode").value, fp = $("f-participant").value.trim().toLowerCase();
@@ -332,7 +351,7 @@
       const s = await api("/macp/sessions");
       const counts = new Map();
       for (const x of (s && s.sessions) || []) counts.set(stateName(x.state), (counts.get(stateName(x.state)) || 0) + 1);
-      $("counts").tBodies[0].replaceChildren(...["OPEN", "RESOLVED", "EXPIRED", "CANCELLED"].map((k) => { const tr = el("tr"); tr.append(el("td", k), el("td", counts.get(k) || 0)); return tr; }));
+      $("counts").tBodies[0].replaceChildren(...["OPEN", "RESOLVED", "EXPIRED"].map((k) => { const tr = el("tr"); tr.append(el("td", k), el("td", counts.get(k) || 0)); return tr; }));
     } catch (e) {
       dl.replaceChildren(el("dt", "Status"), el("dd", "unreachable: " + e.message));
     }
