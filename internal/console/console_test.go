@@ -105,6 +105,7 @@ func as(agent string) context.Context {
 //   - the transcript shows every accepted envelope, in order, once, even
 //     though the test cuts the browser's connections in the middle;
 //   - a session coord may not observe is neither listed nor readable;
+//   - the session link and the snapshot button work from the keyboard;
 //   - screenshots of the main pages at 1280x800 are written to
 //     $MACP_CONSOLE_SCREENSHOTS (or a temporary directory).
 func TestConsoleInChromium(t *testing.T) {
@@ -232,8 +233,8 @@ func TestConsoleInChromium(t *testing.T) {
 	}
 	shot("sessions.png")
 
-	// Open the session from the list with the keyboard-reachable link.
-	run("open the session", chromedp.Click(fmt.Sprintf(`#sessions tr[data-sid=%q] a`, sid)))
+	// Open the session from the list with the keyboard: focus its link, Enter.
+	run("open the session", chromedp.Focus(fmt.Sprintf(`#sessions tr[data-sid=%q] a`, sid)), chromedp.KeyEvent("\r"))
 	wait("the transcript's first envelope", `window.macpConsole.lastSeq === 1 && window.macpConsole.feedConnects === 1`)
 	send("coord", sid, "Proposal", "m-prop", &decisionv1.ProposalPayload{ProposalId: "p1", Option: "vendor A", Rationale: "cheapest"})
 	send("alice", sid, "Evaluation", "m-eval", &decisionv1.EvaluationPayload{ProposalId: "p1", Recommendation: "APPROVE", Confidence: 0.8, Reason: "fits"})
@@ -280,7 +281,7 @@ func TestConsoleInChromium(t *testing.T) {
 	}
 	t.Logf("transcript: %d envelopes in order over %d feed connections, 0 gaps, 0 duplicates", len(got.Rows), got.Connects)
 
-	run("compute the snapshot", chromedp.Click("#snap"))
+	run("compute the snapshot", chromedp.Focus("#snap"), chromedp.KeyEvent("\r"))
 	wait("the snapshot id and download link", `!!document.getElementById("snap-download") && document.getElementById("snap-out").textContent.includes("sha256:")`)
 	shot("session.png")
 
