@@ -191,6 +191,7 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 	if cfg.HTTP.Addr != "" {
 		a.http = &httpBinding{srv: newHTTP(cfg, rt, authn, svc, httpTLS, a)}
 		a.mountSnapshots() // http.go
+		a.mountConsole()   // console.go
 	}
 	return a, nil
 }

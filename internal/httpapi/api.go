@@ -37,6 +37,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /macp/session/{id}/cancel", s.cancelSession)
 	m.HandleFunc("GET /macp/session/{id}/events", s.sse)
 	m.HandleFunc("GET /macp/sessions", s.listSessions)
+	m.HandleFunc("GET /macp/sessions/events", s.sessionEvents) // lifecycle.go
 	m.HandleFunc("GET /macp/modes", s.listModes)
 	m.HandleFunc("GET /macp/policies", s.listPolicies)
 	m.HandleFunc("GET /.well-known/macp.json", s.manifest)

@@ -18,6 +18,7 @@
 //	POST /macp/session/{id}/cancel   {"reason": "..."} -> Ack JSON
 //	GET  /macp/session/{id}/events   SSE: id = sequence number, data = Envelope JSON
 //	GET  /macp/sessions              ListSessionsResponse JSON
+//	GET  /macp/sessions/events       SSE: lifecycle events of the sessions the caller may observe (lifecycle.go)
 //	GET  /macp/modes                 ListModesResponse JSON (no credentials needed)
 //	GET  /macp/policies              ListPoliciesResponse JSON
 //	GET  /.well-known/macp.json      the runtime's AgentManifest (no credentials needed)

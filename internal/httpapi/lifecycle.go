@@ -1,0 +1,120 @@
+package httpapi
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"time"
+
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/runtime"
+	"github.com/macpd/macpd/internal/wire"
+	"google.golang.org/protobuf/proto"
+)
+
+// sessionEvents is gRPC WatchSessions as Server-Sent Events:
+//
+//	GET /macp/sessions/events   SSE: event "lifecycle", data = SessionLifecycleEvent JSON
+//
+// It sends a CREATED event for every OPEN session the caller may observe
+// (the sync), then the live CREATED/RESOLVED/EXPIRED events (a cancelled session is EXPIRED with state CANCELLED) of
+// the sessions the caller may observe (runtime.MayObserveMetadata, the
+// same filter as gRPC), without duplicates across the sync. Lifecycle
+// events have no sequence number, so there is no resume: a client that
+// reconnects re-reads GET /macp/sessions and watches again. Bounded like
+// the other feeds: one of the identity's stream slots, the runtime's
+// pending-event cap per watcher (a watcher that falls further behind gets
+// an "error" event RATE_LIMITED and the stream ends), the write timeout,
+// keep-alives and drain on shutdown.
+func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) {
+	id, _, cerr := s.Identify(r, true, false)
+	if cerr != nil {
+		WriteError(w, cerr)
+		return
+	}
+	release, cerr := s.acquireStream(id, "")
+	if cerr != nil {
+		WriteError(w, cerr)
+		return
+	}
+	defer release()
+	wt := s.rt.Lifecycle.Watch(func(ev runtime.LifecycleEvent) bool { return runtime.MayObserveMetadata(id, ev.Session) })
+	defer s.rt.Lifecycle.Unwatch(wt)
+
+	ctx, cancel := contextWithDrain(r.Context(), s.drain)
+	defer cancel()
+	rc := http.NewResponseController(w)
+	var buf bytes.Buffer
+	flush := func() error {
+		_ = rc.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
+		_, err := w.Write(buf.Bytes())
+		buf.Reset()
+		if err == nil {
+			err = rc.Flush()
+		}
+		return err
+	}
+	event := func(name string, m proto.Message) {
+		b, _ := wire.Compact(m)
+		fmt.Fprintf(&buf, "event: %s\ndata: %s\n\n", name, b)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+
+	// synced: sessions the sync reported whose first live event has not
+	// been seen; a CREATED for one of them is the same session again.
+	now := s.opts.Now().UnixMilli()
+	synced := make(map[string]bool)
+	for _, md := range s.rt.ListSessions(ctx, id) {
+		if md.GetState() != macpv1.SessionState_SESSION_STATE_OPEN {
+			continue
+		}
+		synced[md.GetSessionId()] = true
+		event("lifecycle", &macpv1.SessionLifecycleEvent{EventType: macpv1.SessionLifecycleEvent_EVENT_TYPE_CREATED, Session: md, ObservedAtUnixMs: now})
+	}
+	if flush() != nil {
+		return
+	}
+	ka := time.NewTicker(s.opts.KeepAlive)
+	defer ka.Stop()
+	for {
+		for {
+			ev, ok := wt.Next()
+			if !ok {
+				break
+			}
+			sid := ev.Session.GetSessionId()
+			if synced[sid] {
+				delete(synced, sid)
+				if ev.Type == macpv1.SessionLifecycleEvent_EVENT_TYPE_CREATED {
+					continue
+				}
+			}
+			event("lifecycle", &macpv1.SessionLifecycleEvent{EventType: ev.Type, Session: ev.Session, ObservedAtUnixMs: ev.ObservedMs})
+		}
+		if buf.Len() > 0 && flush() != nil {
+			return
+		}
+		select {
+		case <-wt.Ready():
+		case <-ka.C:
+			buf.WriteString(": keep-alive\n\n")
+			if flush() != nil {
+				return
+			}
+		case <-wt.Done():
+			if wt.Overflowed() {
+				event("error", wire.ErrorOf(coord.Errorf(coord.CodeRateLimited, "lifecycle watcher fell more than %d sessions behind; re-read GET /macp/sessions and watch again", s.rt.Lifecycle.MaxPending())))
+				_ = flush()
+			}
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
