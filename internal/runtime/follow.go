@@ -468,6 +468,7 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 	// prepaid is what the window was charged for the record at next when
 	// a chunk stopped because the bounds did not allow it (see below).
 	var prepaid int64
+	chunkRecords := followChunkFirst // grows to followChunkRecords
 	defer func() {
 		if prepaid > 0 {
 			w.Release(prepaid)
@@ -512,7 +513,7 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 				}
 				chunk = append(chunk, rec)
 				size += recordCost(&rec)
-				if size >= followChunkBytes || len(chunk) >= followChunkRecords {
+				if size >= followChunkBytes || len(chunk) >= chunkRecords {
 					return errStopRead
 				}
 				return nil
@@ -523,6 +524,7 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 				releaseAll(w, chunk)
 				return err
 			}
+			chunkRecords = min(2*chunkRecords, followChunkRecords)
 			for i := range chunk {
 				if err := deliver(chunk[i], w != nil); err != nil {
 					releaseAll(w, chunk[i+1:])
@@ -561,9 +563,14 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 	}
 }
 
-// Store chunks of a follower's catch-up (see Follow).
+// Store chunks of a follower's catch-up (see Follow): the first holds at
+// most followChunkFirst records (a consumer that stops early, such as a
+// client that resumes and leaves, pays for little more than it takes),
+// each next one twice as many, up to followChunkRecords; each at most
+// followChunkBytes (at least one record).
 const (
 	followChunkBytes   = 256 << 10
+	followChunkFirst   = 16
 	followChunkRecords = 256
 )
 
