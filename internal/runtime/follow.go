@@ -355,8 +355,7 @@ type FollowOptions struct {
 	// Window.Release(StreamCost(rec)) once its client has really taken
 	// the record, and Window.Close when the stream ends. A stalled window
 	// ends Follow with RATE_LIMITED. Without a Window, Follow is still
-	// paced by fn (it waits while fn does) and holds at most one store
-	// chunk besides.
+	// paced by fn (it waits while fn does), reading the store in one pass.
 	Window *StreamWindow
 }
 
@@ -492,6 +491,22 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 		// and reads on from that record.
 		limit := o.durable()
 		for next <= limit {
+			if w == nil {
+				// No window (in-process consumers): one pass, each record
+				// handed to fn from within the read, paced by fn.
+				err := r.store.Read(ctx, sessionID, next, func(rec session.Record) error {
+					if rec.Seq > limit {
+						return errStopRead
+					}
+					return deliver(rec, false)
+				})
+				switch {
+				case err == nil, errors.Is(err, store.ErrNotFound), errors.Is(err, errStopRead):
+				default:
+					return err
+				}
+				break
+			}
 			var (
 				chunk []session.Record
 				size  int
