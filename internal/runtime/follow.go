@@ -355,8 +355,7 @@ type FollowOptions struct {
 	// Window.Release(StreamCost(rec)) once its client has really taken
 	// the record, and Window.Close when the stream ends. A stalled window
 	// ends Follow with RATE_LIMITED. Without a Window, Follow is still
-	// paced by fn (it waits while fn does) and holds at most one store
-	// chunk besides.
+	// paced by fn (it waits while fn does), reading the store in one pass.
 	Window *StreamWindow
 }
 
@@ -468,6 +467,7 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 	// prepaid is what the window was charged for the record at next when
 	// a chunk stopped because the bounds did not allow it (see below).
 	var prepaid int64
+	chunkRecords := followChunkFirst // grows to followChunkRecords
 	defer func() {
 		if prepaid > 0 {
 			w.Release(prepaid)
@@ -491,6 +491,22 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 		// and reads on from that record.
 		limit := o.durable()
 		for next <= limit {
+			if w == nil {
+				// No window (in-process consumers): one pass, each record
+				// handed to fn from within the read, paced by fn.
+				err := r.store.Read(ctx, sessionID, next, func(rec session.Record) error {
+					if rec.Seq > limit {
+						return errStopRead
+					}
+					return deliver(rec, false)
+				})
+				switch {
+				case err == nil, errors.Is(err, store.ErrNotFound), errors.Is(err, errStopRead):
+				default:
+					return err
+				}
+				break
+			}
 			var (
 				chunk []session.Record
 				size  int
@@ -512,7 +528,7 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 				}
 				chunk = append(chunk, rec)
 				size += recordCost(&rec)
-				if size >= followChunkBytes || len(chunk) >= followChunkRecords {
+				if size >= followChunkBytes || len(chunk) >= chunkRecords {
 					return errStopRead
 				}
 				return nil
@@ -523,6 +539,7 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 				releaseAll(w, chunk)
 				return err
 			}
+			chunkRecords = min(2*chunkRecords, followChunkRecords)
 			for i := range chunk {
 				if err := deliver(chunk[i], w != nil); err != nil {
 					releaseAll(w, chunk[i+1:])
@@ -561,9 +578,14 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 	}
 }
 
-// Store chunks of a follower's catch-up (see Follow).
+// Store chunks of a follower's catch-up (see Follow): the first holds at
+// most followChunkFirst records (a consumer that stops early, such as a
+// client that resumes and leaves, pays for little more than it takes),
+// each next one twice as many, up to followChunkRecords; each at most
+// followChunkBytes (at least one record).
 const (
 	followChunkBytes   = 256 << 10
+	followChunkFirst   = 16
 	followChunkRecords = 256
 )
 
