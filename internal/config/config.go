@@ -87,6 +87,8 @@ type Config struct {
 	Snapshots SnapshotConfig
 	// HTTP holds the HTTP/SSE/WebSocket bindings' settings (http.go).
 	HTTP HTTPConfig
+	// Resume holds the protocol-mode session settings (resume.go).
+	Resume ResumeConfig
 }
 
 // Default returns the documented defaults.
@@ -109,6 +111,7 @@ func Default() Config {
 		Limits:          DefaultLimits(),
 		Snapshots:       DefaultSnapshots(),
 		HTTP:            DefaultHTTP(),
+		Resume:          DefaultResume(),
 	}
 }
 
@@ -188,6 +191,7 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.validateLimits()...)
 	errs = append(errs, c.validateSnapshots()...)
 	errs = append(errs, c.validateHTTP()...)
+	errs = append(errs, c.validateResume()...)
 	return errors.Join(errs...)
 }
 
@@ -290,6 +294,7 @@ func (c *Config) FromEnv(lookup Env) error {
 	errs = append(errs, c.limitsFromEnv(lookup)...)
 	errs = append(errs, c.snapshotsFromEnv(lookup)...)
 	errs = append(errs, c.httpFromEnv(lookup)...)
+	errs = append(errs, c.resumeFromEnv(lookup)...)
 	return errors.Join(errs...)
 }
 
@@ -333,4 +338,5 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.registerLimitFlags(fs)
 	c.registerSnapshotFlags(fs)
 	c.registerHTTPFlags(fs)
+	c.registerResumeFlags(fs)
 }

@@ -82,6 +82,7 @@ type wsConn struct {
 
 	mu   sync.Mutex
 	subs map[string]*wsSub
+	att  map[string]*attachment // protocol mode (ws_session.go)
 }
 
 type wsSub struct {
@@ -109,12 +110,13 @@ func (s *Server) websocket(w http.ResponseWriter, r *http.Request) {
 	c.SetReadLimit(s.maxBody())
 	ctx, cancel := contextWithDrain(r.Context(), s.drain)
 	defer cancel()
-	wc := &wsConn{s: s, c: c, id: id, ctx: ctx, cancel: cancel, out: make(chan []byte, wsOutQueue), subs: make(map[string]*wsSub)}
+	wc := &wsConn{s: s, c: c, id: id, ctx: ctx, cancel: cancel, out: make(chan []byte, wsOutQueue), subs: make(map[string]*wsSub), att: make(map[string]*attachment)}
 	writerDone := make(chan struct{})
 	go func() { defer close(writerDone); wc.writeLoop() }()
 	code, reason := wc.readLoop()
 	cancel()
 	wc.unsubscribeAll()
+	wc.detachAll()
 	<-writerDone
 	if code != 0 {
 		_ = c.Close(code, reason)
@@ -138,6 +140,7 @@ func (wc *wsConn) readLoop() (websocket.StatusCode, string) {
 	d.Register("macp/send", wc.send)
 	d.Register("macp/subscribe", wc.subscribe)
 	d.Register("macp/unsubscribe", wc.unsubscribe)
+	wc.registerProtocol(d)
 	for {
 		typ, msg, err := wc.c.Read(wc.ctx)
 		if err != nil {
@@ -150,7 +153,7 @@ func (wc *wsConn) readLoop() (websocket.StatusCode, string) {
 			return websocket.StatusUnsupportedData, "send JSON-RPC 2.0 requests as text messages"
 		}
 		if resp := d.Handle(wc.ctx, msg); resp != nil {
-			if !wc.enqueue(resp) {
+			if !wc.enqueue(wc.ctx, resp) {
 				return 0, ""
 			}
 		}
@@ -187,15 +190,6 @@ func (wc *wsConn) writeLoop() {
 	}
 }
 
-// enqueue queues msg for the writer, waiting while the queue is full.
-func (wc *wsConn) enqueue(msg []byte) bool {
-	select {
-	case wc.out <- msg:
-		return true
-	case <-wc.ctx.Done():
-		return false
-	}
-}
 
 func macpRPCError(e *coord.Error) *jsonrpc.Error {
 	return &jsonrpc.Error{Code: wire.RPCMACPError, Message: string(e.Code) + ": " + e.Message, Data: json.RawMessage(mustCompact(wire.ErrorOf(e)))}
@@ -255,11 +249,15 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 	}
 	openedMs := wc.s.opts.Now().UnixMilli()
 	wc.mu.Lock()
+	if _, att := wc.att[p.SessionID]; att {
+		wc.mu.Unlock()
+		return nil, macpRPCError(coord.Errorf(coord.CodeInvalidEnvelope, "this connection is attached to session %s in protocol mode (session/resume); send session/end before macp/subscribe", p.SessionID))
+	}
 	if _, dup := wc.subs[p.SessionID]; dup {
 		wc.mu.Unlock()
 		return nil, macpRPCError(coord.Errorf(coord.CodeInvalidEnvelope, "this connection already follows session %s; unsubscribe first", p.SessionID))
 	}
-	if len(wc.subs) >= wc.s.opts.MaxSubscriptions {
+	if len(wc.subs)+len(wc.att) >= wc.s.opts.MaxSubscriptions {
 		wc.mu.Unlock()
 		return nil, macpRPCError(coord.Errorf(coord.CodeRateLimited, "this connection already follows %d sessions", wc.s.opts.MaxSubscriptions))
 	}
@@ -284,14 +282,14 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 			sub.last = from
 			wc.mu.Unlock()
 			// The response goes out before any notification.
-			wc.enqueue(jsonrpc.Reply(req, map[string]any{"sessionId": p.SessionID, "lastSequence": last, "resumeAfter": from}, nil))
+			wc.enqueue(ctx, jsonrpc.Reply(req, map[string]any{"sessionId": p.SessionID, "lastSequence": last, "resumeAfter": from}, nil))
 			started <- nil
 		}, func(seq uint64, env *macpv1.Envelope) error {
 			b, err := wc.s.enc.encode(seq, env, view)
 			if err != nil {
 				return err
 			}
-			if !wc.enqueue(jsonrpc.Notify(rpcEnvelope, map[string]any{"sessionId": p.SessionID, "sessionEventId": seq, "envelope": json.RawMessage(b)})) {
+			if !wc.enqueue(ctx, jsonrpc.Notify(rpcEnvelope, map[string]any{"sessionId": p.SessionID, "sessionEventId": seq, "envelope": json.RawMessage(b)})) {
 				return ctx.Err()
 			}
 			wc.mu.Lock()
@@ -312,9 +310,9 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 		wc.mu.Unlock()
 		wc.removeSub(p.SessionID, sub)
 		if ended {
-			wc.enqueue(jsonrpc.Notify(rpcEnd, map[string]any{"sessionId": p.SessionID, "lastSequence": last}))
+			wc.enqueue(ctx, jsonrpc.Notify(rpcEnd, map[string]any{"sessionId": p.SessionID, "lastSequence": last}))
 		} else if err != nil {
-			wc.enqueue(jsonrpc.Notify(rpcError, map[string]any{"sessionId": p.SessionID, "lastSequence": last, "error": json.RawMessage(mustCompact(wire.ErrorOf(followError(err))))}))
+			wc.enqueue(ctx, jsonrpc.Notify(rpcError, map[string]any{"sessionId": p.SessionID, "lastSequence": last, "error": json.RawMessage(mustCompact(wire.ErrorOf(followError(err))))}))
 		}
 	}()
 	if jerr := <-started; jerr != nil {
