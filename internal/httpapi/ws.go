@@ -190,7 +190,6 @@ func (wc *wsConn) writeLoop() {
 	}
 }
 
-
 func macpRPCError(e *coord.Error) *jsonrpc.Error {
 	return &jsonrpc.Error{Code: wire.RPCMACPError, Message: string(e.Code) + ": " + e.Message, Data: json.RawMessage(mustCompact(wire.ErrorOf(e)))}
 }

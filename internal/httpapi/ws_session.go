@@ -13,7 +13,7 @@ import (
 // is followed on one connection either in transport mode (macp/subscribe)
 // or in protocol mode (session/start, session/resume), never both at once.
 
-func (wc *wsConn) identity() coord.Identity  { return wc.id }
+func (wc *wsConn) identity() coord.Identity { return wc.id }
 func (wc *wsConn) connCtx() context.Context { return wc.ctx }
 
 // enqueue queues msg for the writer, waiting while the queue is full,
