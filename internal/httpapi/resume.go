@@ -294,3 +294,15 @@ func (s *Server) endSession(ctx context.Context, id coord.Identity, sid string) 
 	ack, cerr := s.rt.Cancel(ctx, id, sid, "session/end by the initiator")
 	return cerr == nil && ack.GetOk()
 }
+
+// ResumeFeatures is the advertisement of protocol-mode sessions: the
+// manifest's metadata and the WebSocket endpoint's metadata carry it, and
+// Initialize's experimental features should too (docs/resume.md). The
+// replay window is a number of envelopes per session; "0" means the whole
+// retained history.
+func ResumeFeatures(replayWindow int) map[string]string {
+	return map[string]string{
+		ResumeCapability:                    resumeVersion,
+		ResumeCapability + ".replay_window": strconv.Itoa(replayWindow),
+	}
+}

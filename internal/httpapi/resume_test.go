@@ -399,8 +399,8 @@ func TestProtocolResumeTrials(t *testing.T) {
 		agent := []string{"alice", "bob"}[rng.IntN(2)]
 		last, _ := e.a.Runtime().LastSeq(sid)
 		lo := uint64(0)
-		if last > 3*window {
-			lo = last - 3*window
+		if last > 2*window {
+			lo = last - 2*window
 		}
 		start := lo + rng.Uint64N(last-lo+1)
 		via := cutVia[rng.IntN(len(cutVia))]
@@ -477,3 +477,27 @@ func TestProtocolResumeTrials(t *testing.T) {
 }
 
 var _ = context.Background
+
+// The manifest advertises protocol-mode sessions and the replay window.
+func TestProtocolAdvertised(t *testing.T) {
+	cfg := testConfig()
+	cfg.Resume.ReplayWindow = 250
+	e := startApp(t, cfg)
+	code, b := e.do(t, "GET", "/.well-known/macp.json", "", "", nil)
+	m := &macpv1.AgentManifest{}
+	if err := protojson.Unmarshal(b, m); code != 200 || err != nil {
+		t.Fatalf("%d %s %v", code, b, err)
+	}
+	if m.Metadata["experimental.macp.session-resume"] != "1" || m.Metadata["experimental.macp.session-resume.replay_window"] != "250" {
+		t.Fatalf("manifest metadata %v", m.Metadata)
+	}
+	found := false
+	for _, ep := range m.TransportEndpoints {
+		if ep.Transport == "macp.transport.websocket.v1" {
+			found = ep.Metadata["macp.session-resume.replay_window"] == "250"
+		}
+	}
+	if !found {
+		t.Fatalf("websocket endpoint does not advertise it: %v", m.TransportEndpoints)
+	}
+}
