@@ -289,4 +289,3 @@ func (s *ResumeStream) Next() (ResumeEvent, error) {
 		}
 	}
 }
-
