@@ -43,6 +43,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /macp/auth/ticket", s.issueTicket)
 	m.HandleFunc("GET /macp/ws", s.websocket)
 	m.HandleFunc("GET /sessions/{id}/events", s.poll)
+	s.rpcRoutes()
 }
 
 // WriteError answers e: the registry's HTTP status for its code and a

@@ -83,8 +83,9 @@ func (a *attachment) lastSeq() uint64 {
 // attachments is the listener-wide registry enforcing one active
 // attachment per caller and session.
 type attachments struct {
-	mu sync.Mutex
-	m  map[attachKey]*attachment
+	mu      sync.Mutex
+	m       map[attachKey]*attachment
+	streams *rpcStreams // HTTP notification streams (rpc.go), made on first use
 }
 
 func newAttachments() *attachments { return &attachments{m: make(map[attachKey]*attachment)} }

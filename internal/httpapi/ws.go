@@ -82,7 +82,7 @@ type wsConn struct {
 
 	mu   sync.Mutex
 	subs map[string]*wsSub
-	att  map[string]*attachment // protocol mode (ws_session.go)
+	pc   *protoConn // protocol mode (ws_session.go)
 }
 
 type wsSub struct {
@@ -110,13 +110,24 @@ func (s *Server) websocket(w http.ResponseWriter, r *http.Request) {
 	c.SetReadLimit(s.maxBody())
 	ctx, cancel := contextWithDrain(r.Context(), s.drain)
 	defer cancel()
-	wc := &wsConn{s: s, c: c, id: id, ctx: ctx, cancel: cancel, out: make(chan []byte, wsOutQueue), subs: make(map[string]*wsSub), att: make(map[string]*attachment)}
+	wc := &wsConn{s: s, c: c, id: id, ctx: ctx, cancel: cancel, out: make(chan []byte, wsOutQueue), subs: make(map[string]*wsSub)}
+	wc.pc = s.newProtoConn(id, wc, true)
+	wc.pc.transportMode = func(sid string) bool {
+		wc.mu.Lock()
+		defer wc.mu.Unlock()
+		return wc.subs[sid] != nil
+	}
+	wc.pc.others = func() int {
+		wc.mu.Lock()
+		defer wc.mu.Unlock()
+		return len(wc.subs)
+	}
 	writerDone := make(chan struct{})
 	go func() { defer close(writerDone); wc.writeLoop() }()
 	code, reason := wc.readLoop()
 	cancel()
 	wc.unsubscribeAll()
-	wc.detachAll()
+	wc.pc.detachAll()
 	<-writerDone
 	if code != 0 {
 		_ = c.Close(code, reason)
@@ -140,7 +151,7 @@ func (wc *wsConn) readLoop() (websocket.StatusCode, string) {
 	d.Register("macp/send", wc.send)
 	d.Register("macp/subscribe", wc.subscribe)
 	d.Register("macp/unsubscribe", wc.unsubscribe)
-	wc.registerProtocol(d)
+	wc.pc.register(d)
 	for {
 		typ, msg, err := wc.c.Read(wc.ctx)
 		if err != nil {
@@ -248,7 +259,7 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 	}
 	openedMs := wc.s.opts.Now().UnixMilli()
 	wc.mu.Lock()
-	if _, att := wc.att[p.SessionID]; att {
+	if wc.pc.attachedTo(p.SessionID) {
 		wc.mu.Unlock()
 		return nil, macpRPCError(coord.Errorf(coord.CodeInvalidEnvelope, "this connection is attached to session %s in protocol mode (session/resume); send session/end before macp/subscribe", p.SessionID))
 	}
@@ -256,7 +267,7 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 		wc.mu.Unlock()
 		return nil, macpRPCError(coord.Errorf(coord.CodeInvalidEnvelope, "this connection already follows session %s; unsubscribe first", p.SessionID))
 	}
-	if len(wc.subs)+len(wc.att) >= wc.s.opts.MaxSubscriptions {
+	if len(wc.subs)+wc.pc.count() >= wc.s.opts.MaxSubscriptions {
 		wc.mu.Unlock()
 		return nil, macpRPCError(coord.Errorf(coord.CodeRateLimited, "this connection already follows %d sessions", wc.s.opts.MaxSubscriptions))
 	}

@@ -3,15 +3,36 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"sync"
 
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/jsonrpc"
 	"github.com/macpd/macpd/internal/wire"
 )
 
-// Protocol-mode methods on a WebSocket connection (resume.go). A session
-// is followed on one connection either in transport mode (macp/subscribe)
-// or in protocol mode (session/start, session/resume), never both at once.
+// protoConn is one carrier of protocol-mode attachments (resume.go): a
+// WebSocket connection, or an HTTP notification stream (rpc.go). The
+// methods below are the one implementation both transports dispatch to.
+type protoConn struct {
+	s    *Server
+	id   coord.Identity
+	sink rpcSink // nil: no carrier (HTTP without a stream), nothing can attach
+	// deferReply: the response to an attaching request goes through the
+	// sink before any notification (WebSocket); otherwise it is returned
+	// as the result (HTTP: the response body).
+	deferReply bool
+	// transportMode reports whether the carrier follows sid in transport
+	// mode (WebSocket macp/subscribe); nil: never.
+	transportMode func(sid string) bool
+	others        func() int // sessions followed in transport mode
+
+	mu  sync.Mutex
+	att map[string]*attachment
+}
+
+func (s *Server) newProtoConn(id coord.Identity, sink rpcSink, deferReply bool) *protoConn {
+	return &protoConn{s: s, id: id, sink: sink, deferReply: deferReply, att: make(map[string]*attachment)}
+}
 
 func (wc *wsConn) identity() coord.Identity { return wc.id }
 func (wc *wsConn) connCtx() context.Context { return wc.ctx }
@@ -29,70 +50,93 @@ func (wc *wsConn) enqueue(ctx context.Context, msg []byte) bool {
 	}
 }
 
-func (wc *wsConn) registerProtocol(d *jsonrpc.Dispatcher) {
-	d.Register("session/start", wc.sessionStart)
-	d.Register("session/resume", wc.sessionResume)
-	d.Register("session/end", wc.sessionEnd)
+// register adds the protocol-mode methods to d.
+func (pc *protoConn) register(d *jsonrpc.Dispatcher) {
+	d.Register("session/start", pc.sessionStart)
+	d.Register("session/resume", pc.sessionResume)
+	d.Register("session/end", pc.sessionEnd)
 	d.Register("session/get", func(ctx context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
 		p, jerr := parseProto(req, true)
 		if jerr != nil {
 			return nil, jerr
 		}
-		return wc.s.rpcGet(ctx, wc.id, p.SessionID)
+		return pc.s.rpcGet(ctx, pc.id, p.SessionID)
 	})
+}
+
+func (pc *protoConn) attachedTo(sid string) bool {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	return pc.att[sid] != nil
+}
+
+func (pc *protoConn) count() int {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	return len(pc.att)
 }
 
 func mixedModeError(sid string) *jsonrpc.Error {
 	return macpRPCError(coord.Errorf(coord.CodeInvalidEnvelope, "this connection follows session %s in transport mode (macp/subscribe); unsubscribe before using protocol mode (session/resume) for it", sid))
 }
 
-// attachHere attaches this connection to sid after `after`; the response
-// to req (made by result) goes out before any notification.
-func (wc *wsConn) attachHere(req *jsonrpc.Request, sid string, after uint64, result func(catchup bool, from uint64) any) (any, *jsonrpc.Error) {
-	wc.mu.Lock()
-	if _, dup := wc.subs[sid]; dup {
-		wc.mu.Unlock()
+// attachHere attaches the carrier to sid after `after`.
+func (pc *protoConn) attachHere(req *jsonrpc.Request, sid string, after uint64, result func(catchup bool, from uint64) any) (any, *jsonrpc.Error) {
+	if pc.sink == nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: req.Method + " over HTTP needs a notification stream: open GET /macp/rpc/stream and send its id in the " + HeaderRPCStream + " header"}
+	}
+	if pc.transportMode != nil && pc.transportMode(sid) {
 		return nil, mixedModeError(sid)
 	}
-	prev := wc.att[sid]
-	if prev == nil && len(wc.subs)+len(wc.att) >= wc.s.opts.MaxSubscriptions {
-		wc.mu.Unlock()
-		return nil, macpRPCError(coord.Errorf(coord.CodeRateLimited, "this connection already follows %d sessions", wc.s.opts.MaxSubscriptions))
+	pc.mu.Lock()
+	prev := pc.att[sid]
+	n := len(pc.att)
+	pc.mu.Unlock()
+	if pc.others != nil {
+		n += pc.others()
 	}
-	wc.mu.Unlock()
-	if prev != nil { // re-attaching on the same connection replaces it silently
+	if prev == nil && n >= pc.s.opts.MaxSubscriptions {
+		return nil, macpRPCError(coord.Errorf(coord.CodeRateLimited, "this connection already follows %d sessions", pc.s.opts.MaxSubscriptions))
+	}
+	if prev != nil { // re-attaching on the same carrier replaces it silently
 		prev.cancel()
 		<-prev.done
 	}
-	release, cerr := wc.s.acquireSessionSlot(wc.id, sid)
+	release, cerr := pc.s.acquireSessionSlot(pc.id, sid)
 	if cerr != nil {
 		return nil, macpRPCError(cerr)
 	}
-	started := make(chan *jsonrpc.Error, 1)
-	wc.s.attach(wc, sid, after, func(a *attachment, catchup bool, from uint64) {
-		wc.mu.Lock()
-		wc.att[sid] = a
-		wc.mu.Unlock()
-		wc.enqueue(wc.ctx, jsonrpc.Reply(req, result(catchup, from), nil))
-		started <- nil
+	type outcome struct {
+		res  any
+		jerr *jsonrpc.Error
+	}
+	started := make(chan outcome, 1)
+	pc.s.attach(pc.sink, sid, after, func(a *attachment, catchup bool, from uint64) {
+		pc.mu.Lock()
+		pc.att[sid] = a
+		pc.mu.Unlock()
+		res := result(catchup, from)
+		if pc.deferReply {
+			pc.sink.enqueue(pc.sink.connCtx(), jsonrpc.Reply(req, res, nil))
+			res = jsonrpc.Deferred
+		}
+		started <- outcome{res: res}
 	}, func(cerr *coord.Error) {
 		release()
-		started <- macpRPCError(cerr)
+		started <- outcome{jerr: macpRPCError(cerr)}
 	}, func(a *attachment) {
 		release()
-		wc.mu.Lock()
-		if wc.att[sid] == a {
-			delete(wc.att, sid)
+		pc.mu.Lock()
+		if pc.att[sid] == a {
+			delete(pc.att, sid)
 		}
-		wc.mu.Unlock()
+		pc.mu.Unlock()
 	})
-	if jerr := <-started; jerr != nil {
-		return nil, jerr
-	}
-	return jsonrpc.Deferred, nil
+	o := <-started
+	return o.res, o.jerr
 }
 
-func (wc *wsConn) sessionStart(ctx context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
+func (pc *protoConn) sessionStart(ctx context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
 	p, jerr := parseProto(req, false)
 	if jerr != nil {
 		return nil, jerr
@@ -109,7 +153,10 @@ func (wc *wsConn) sessionStart(ctx context.Context, req *jsonrpc.Request) (any, 
 	if env.GetMessageType() != coord.TypeSessionStart {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "session/start takes a SessionStart envelope (got message_type " + env.GetMessageType() + "); use macp/send"}
 	}
-	ack := wc.s.rt.Send(ctx, wc.id, env)
+	if pc.sink == nil {
+		return pc.attachHere(req, "", 0, nil) // the error naming the missing stream
+	}
+	ack := pc.s.rt.Send(ctx, pc.id, env)
 	b, err := wire.Compact(ack)
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the ack could not be encoded"}
@@ -118,10 +165,10 @@ func (wc *wsConn) sessionStart(ctx context.Context, req *jsonrpc.Request) (any, 
 	if !ack.GetOk() {
 		return res, nil // nothing to attach to; the ack says why
 	}
-	return wc.attachHere(req, env.GetSessionId(), 0, func(bool, uint64) any { return res })
+	return pc.attachHere(req, env.GetSessionId(), 0, func(bool, uint64) any { return res })
 }
 
-func (wc *wsConn) sessionResume(ctx context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
+func (pc *protoConn) sessionResume(ctx context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
 	p, jerr := parseProto(req, true)
 	if jerr != nil {
 		return nil, jerr
@@ -134,38 +181,38 @@ func (wc *wsConn) sessionResume(ctx context.Context, req *jsonrpc.Request) (any,
 		return nil, jerr
 	}
 	// Refuse unknown sessions and non-observers before superseding anything.
-	if _, cerr := wc.s.rt.GetSession(ctx, wc.id, p.SessionID); cerr != nil {
+	if _, cerr := pc.s.rt.GetSession(ctx, pc.id, p.SessionID); cerr != nil {
 		return nil, macpRPCError(cerr)
 	}
-	return wc.attachHere(req, p.SessionID, after, func(catchup bool, from uint64) any {
+	return pc.attachHere(req, p.SessionID, after, func(catchup bool, from uint64) any {
 		return map[string]any{"resumed": true, "catchup": catchup, "sessionId": p.SessionID, "sessionEventId": from}
 	})
 }
 
-func (wc *wsConn) sessionEnd(ctx context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
+func (pc *protoConn) sessionEnd(ctx context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
 	p, jerr := parseProto(req, true)
 	if jerr != nil {
 		return nil, jerr
 	}
-	wc.mu.Lock()
-	a := wc.att[p.SessionID]
-	wc.mu.Unlock()
+	pc.mu.Lock()
+	a := pc.att[p.SessionID]
+	pc.mu.Unlock()
 	if a != nil {
 		a.cancel()
 		<-a.done // nothing for this session after the response
 	}
-	cancelled := wc.s.endSession(ctx, wc.id, p.SessionID)
+	cancelled := pc.s.endSession(ctx, pc.id, p.SessionID)
 	return map[string]any{"sessionId": p.SessionID, "ended": true, "wasAttached": a != nil, "cancelled": cancelled}, nil
 }
 
-// detachAll ends every protocol-mode attachment of the connection.
-func (wc *wsConn) detachAll() {
-	wc.mu.Lock()
-	list := make([]*attachment, 0, len(wc.att))
-	for _, a := range wc.att {
+// detachAll ends every attachment of the carrier.
+func (pc *protoConn) detachAll() {
+	pc.mu.Lock()
+	list := make([]*attachment, 0, len(pc.att))
+	for _, a := range pc.att {
 		list = append(list, a)
 	}
-	wc.mu.Unlock()
+	pc.mu.Unlock()
 	for _, a := range list {
 		a.cancel()
 		<-a.done
