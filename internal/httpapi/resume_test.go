@@ -326,7 +326,8 @@ func TestProtocolMixedModes(t *testing.T) {
 
 // TestProtocolResumeTrials: random cut points on every transport's
 // cursor (gRPC after_sequence, SSE id, WebSocket sessionEventId, polling
-// seq, a protocol-mode attachment), resumed with session/resume while
+// seq, a protocol-mode attachment), resumed with session/resume over
+// WebSocket or HTTP (POST /macp/rpc and its stream) while
 // several senders write. Within the window: exactly the missed envelopes,
 // in order, byte-equal to storage, then live. Outside: catchup false and
 // none of the missed.
@@ -434,17 +435,34 @@ func TestProtocolResumeTrials(t *testing.T) {
 			}
 		}
 		before, _ := e.a.Runtime().LastSeq(sid)
-		p := e.pdial(t, agent)
-		r := p.resume(sid, cursor)
 		n2 := 1 + rng.IntN(4)
 		var got []uint64
 		var gotB [][]byte
-		for range n2 {
-			seq, b := p.nextEnvelope(sid)
-			got = append(got, seq)
-			gotB = append(gotB, b)
+		var r resumeResult
+		resumeVia := []string{"ws", "http"}[rng.IntN(2)]
+		counts["resume-"+resumeVia]++
+		if resumeVia == "ws" {
+			p := e.pdial(t, agent)
+			r = p.resume(sid, cursor)
+			for range n2 {
+				seq, b := p.nextEnvelope(sid)
+				got = append(got, seq)
+				gotB = append(gotB, b)
+			}
+			_ = p.c.CloseNow()
+		} else {
+			h := e.hdial(t, agent)
+			code, m := h.call("session/resume", map[string]any{"sessionId": sid, "lastSessionEventId": cursor})
+			if code != 200 || m.Error != nil || json.Unmarshal(m.Result, &r) != nil || !r.Resumed {
+				t.Fatalf("trial %d: HTTP resume %d %+v %s", trial, code, m.Error, m.Result)
+			}
+			for range n2 {
+				seq, b := h.nextEnvelopeBytes()
+				got = append(got, seq)
+				gotB = append(gotB, b)
+			}
+			h.close()
 		}
-		_ = p.c.CloseNow()
 		after, _ := e.a.Runtime().LastSeq(sid)
 		if r.Catchup {
 			counts["catchup"]++

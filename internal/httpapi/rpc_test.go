@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // hstream is a protocol-mode client over HTTP: POST /macp/rpc for
@@ -92,10 +94,21 @@ func (h *hstream) notif() *rpcMsg {
 
 func (h *hstream) nextEnvelope() uint64 {
 	h.t.Helper()
+	seq, _ := h.nextEnvelopeBytes()
+	return seq
+}
+
+func (h *hstream) nextEnvelopeBytes() (uint64, []byte) {
+	h.t.Helper()
 	for {
 		m := h.notif()
 		if m.Method == "notifications/macp/envelope" {
-			return params(h.t, m).SessionEventID
+			n := params(h.t, m)
+			env := &macpv1.Envelope{}
+			if err := protojson.Unmarshal(n.Envelope, env); err != nil {
+				h.t.Fatal(err)
+			}
+			return n.SessionEventID, wireBytes(h.t, env)
 		}
 		if m.Method != "notifications/macp/session" {
 			h.t.Fatalf("unexpected %s %s", m.Method, m.Params)
