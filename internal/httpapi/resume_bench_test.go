@@ -22,7 +22,6 @@ import (
 func (e *env) fill(b testing.TB, sid string, n int) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	p, _ := proto.Marshal(&decisionv1.ProposalPayload{ProposalId: "p", Option: "o", Rationale: strings.Repeat("r", 64)})
 	for range 16 {
 		wg.Add(1)
 		go func() {
@@ -32,6 +31,7 @@ func (e *env) fill(b testing.TB, sid string, n int) {
 				if i > int64(n) {
 					return
 				}
+				p, _ := proto.Marshal(&decisionv1.ProposalPayload{ProposalId: fmt.Sprint("p", i), Option: "o", Rationale: strings.Repeat("r", 64)})
 				ack := e.a.Runtime().Send(context.Background(), coord.Identity{Sender: "coord"}, &macpv1.Envelope{MacpVersion: "1.0", Mode: decisionMode,
 					MessageType: "Proposal", MessageId: fmt.Sprintf("%s-%d", sid, i), SessionId: sid, TimestampUnixMs: time.Now().UnixMilli(), Payload: p})
 				if !ack.Ok {
@@ -42,6 +42,9 @@ func (e *env) fill(b testing.TB, sid string, n int) {
 		}()
 	}
 	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
+	}
 }
 
 // wsReadUntil reads notifications on c until the envelope with
