@@ -214,27 +214,7 @@ func mustCompact(m *macpv1.MACPError) []byte {
 }
 
 func (wc *wsConn) send(ctx context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
-	var p struct {
-		Envelope json.RawMessage `json:"envelope"`
-	}
-	if jerr := jsonrpc.Params(req, &p); jerr != nil {
-		return nil, jerr
-	}
-	if len(p.Envelope) == 0 {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: `macp/send needs {"envelope": {...}}`}
-	}
-	env, cerr := wire.DecodeEnvelope(p.Envelope)
-	if cerr != nil {
-		e := macpRPCError(cerr)
-		e.Code = jsonrpc.CodeInvalidParams
-		return nil, e
-	}
-	ack := wc.s.rt.Send(ctx, wc.id, env)
-	b, err := wire.Compact(ack)
-	if err != nil {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the ack could not be encoded"}
-	}
-	return map[string]json.RawMessage{"ack": b}, nil
+	return wc.s.rpcSend(ctx, wc.id, req)
 }
 
 func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
