@@ -17,6 +17,7 @@ import (
 	"github.com/macpd/macpd/internal/admin/grpcmetrics"
 	"github.com/macpd/macpd/internal/auth"
 	"github.com/macpd/macpd/internal/config"
+	"github.com/macpd/macpd/internal/httpapi"
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/policy"
@@ -138,7 +139,12 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 		return nil, err
 	}
 	a := &App{cfg: cfg, log: log, store: st, rt: rt, served: make(chan error, 1), metrics: reg, cl: cl}
+	var experimental map[string]string
+	if cfg.HTTP.Addr != "" { // protocol-mode resume (internal/httpapi) is served
+		experimental = httpapi.ResumeFeatures(cfg.Resume.ReplayWindow)
+	}
 	svc := server.New(rt, authn, server.Options{
+		Experimental: experimental,
 		Info: server.Info{
 			Name:        "macpd",
 			Title:       "macpd",

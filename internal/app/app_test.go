@@ -10,6 +10,7 @@ import (
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/app"
 	"github.com/macpd/macpd/internal/config"
+	"github.com/macpd/macpd/internal/httpapi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -149,4 +150,19 @@ func TestDurableDefaultSurvivesRestart(t *testing.T) {
 			t.Fatalf("after restart: %v %v", md, err)
 		}
 	})
+}
+
+// Initialize advertises protocol-mode session resume and its replay window
+// under capabilities.experimental when the HTTP listener serves it
+// (issue 14; docs/resume.md).
+func TestInitializeAdvertisesResume(t *testing.T) {
+	_, c := startApp(t)
+	resp, err := c.Initialize(context.Background(), &macpv1.InitializeRequest{SupportedProtocolVersions: []string{"1.0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := resp.GetCapabilities().GetExperimental().GetFeatures()
+	if f[httpapi.ResumeCapability] == "" || f[httpapi.ResumeCapability+".replay_window"] != "0" || f["ext_mode_lifecycle"] != "true" {
+		t.Fatalf("experimental features %v", f)
+	}
 }

@@ -53,6 +53,7 @@ func newHTTP(cfg config.Config, rt *runtime.Runtime, authn auth.Authenticator, s
 		TLS:                   tlsCfg,
 		Logger:                a.log,
 		BaseURLFunc:           a.httpBaseURL,
+		ReplayWindow:          cfg.Resume.ReplayWindow,
 	})
 }
 

@@ -90,6 +90,8 @@ type Config struct {
 	// NATS selects the store (MACP_STORE) and holds the NATS JetStream
 	// settings for MACP_STORE=nats (nats.go).
 	NATS NATSConfig
+	// Resume holds the protocol-mode session settings (resume.go).
+	Resume ResumeConfig
 }
 
 // Default returns the documented defaults.
@@ -114,6 +116,7 @@ func Default() Config {
 		Snapshots:       DefaultSnapshots(),
 		HTTP:            DefaultHTTP(),
 		NATS:            DefaultNATS(),
+		Resume:          DefaultResume(),
 	}
 }
 
@@ -194,6 +197,7 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.validateSnapshots()...)
 	errs = append(errs, c.validateHTTP()...)
 	errs = append(errs, c.validateNATS()...)
+	errs = append(errs, c.validateResume()...)
 	return errors.Join(errs...)
 }
 
@@ -297,6 +301,7 @@ func (c *Config) FromEnv(lookup Env) error {
 	errs = append(errs, c.snapshotsFromEnv(lookup)...)
 	errs = append(errs, c.httpFromEnv(lookup)...)
 	errs = append(errs, c.natsFromEnv(lookup)...)
+	errs = append(errs, c.resumeFromEnv(lookup)...)
 	return errors.Join(errs...)
 }
 
@@ -341,4 +346,5 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.registerSnapshotFlags(fs)
 	c.registerHTTPFlags(fs)
 	c.registerNATSFlags(fs)
+	c.registerResumeFlags(fs)
 }

@@ -44,6 +44,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /macp/auth/ticket", s.issueTicket)
 	m.HandleFunc("GET /macp/ws", s.websocket)
 	m.HandleFunc("GET /sessions/{id}/events", s.poll)
+	s.rpcRoutes()
 }
 
 // WriteError answers e: the registry's HTTP status for its code and a
@@ -251,6 +252,13 @@ func (s *Server) manifest(w http.ResponseWriter, r *http.Request) {
 		m.InputContentTypes = append(m.InputContentTypes, mediaEnvelopeJSON)
 		m.OutputContentTypes = append(m.OutputContentTypes, mediaEnvelopeJSON)
 	}
+	if m.Metadata == nil {
+		m.Metadata = map[string]string{}
+	}
+	resume := ResumeFeatures(s.opts.ReplayWindow)
+	for k, v := range resume {
+		m.Metadata["experimental."+k] = v
+	}
 	base := s.opts.BaseURL
 	if s.opts.BaseURLFunc != nil {
 		base = s.opts.BaseURLFunc()
@@ -259,7 +267,7 @@ func (s *Server) manifest(w http.ResponseWriter, r *http.Request) {
 		ws := "ws" + strings.TrimPrefix(base, "http") + "/macp/ws"
 		m.TransportEndpoints = append(m.TransportEndpoints,
 			&macpv1.TransportEndpoint{Transport: "macp.transport.http.v1", Uri: base + "/macp", ContentTypes: []string{mediaEnvelopeJSON, "application/json", "text/event-stream"}},
-			&macpv1.TransportEndpoint{Transport: "macp.transport.websocket.v1", Uri: ws, ContentTypes: []string{mediaEnvelopeJSON}, Metadata: map[string]string{"framing": "jsonrpc-2.0"}},
+			&macpv1.TransportEndpoint{Transport: "macp.transport.websocket.v1", Uri: ws, ContentTypes: []string{mediaEnvelopeJSON}, Metadata: map[string]string{"framing": "jsonrpc-2.0", ResumeCapability: resume[ResumeCapability], ResumeCapability + ".replay_window": resume[ResumeCapability+".replay_window"]}},
 		)
 	}
 	writeJSONType(w, m, mediaManifestJSON)

@@ -23,7 +23,9 @@
 //	GET  /macp/policies              ListPoliciesResponse JSON
 //	GET  /.well-known/macp.json      the runtime's AgentManifest (no credentials needed)
 //	POST /macp/auth/ticket           a short-lived single-use ticket for browsers
-//	GET  /macp/ws                    WebSocket, JSON-RPC 2.0 (ws.go)
+//	GET  /macp/ws                    WebSocket, JSON-RPC 2.0 (ws.go; protocol-mode sessions: resume.go)
+//	POST /macp/rpc                   JSON-RPC 2.0 over HTTP, the same methods (rpc.go)
+//	GET  /macp/rpc/stream            SSE stream of /macp/rpc notifications
 //	GET  /sessions/{id}/events?after=N  polling feed (Python SDK HttpTransportAdapter)
 //
 // Errors: the status is the HTTP Status column of the spec's error-code

@@ -59,6 +59,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock (time.Now).
 	Now func() time.Time
+	// ReplayWindow is how many missed envelopes session/resume replays at
+	// most (0 = the whole retained history); beyond it the answer is
+	// catchup: false and nothing missed is replayed (resume.go).
+	ReplayWindow int
 }
 
 func (o *Options) defaults() {
@@ -104,6 +108,8 @@ type Server struct {
 	perID   *limits.Counter
 	perSess *limits.Counter
 
+	attached *attachments // protocol-mode attachments (resume.go)
+
 	// drain ends every stream (Drain).
 	drain    context.Context
 	drainNow context.CancelFunc
@@ -118,12 +124,13 @@ func New(rt *runtime.Runtime, a auth.Authenticator, opts Options) *Server {
 	drain, drainNow := context.WithCancel(context.Background())
 	s := &Server{
 		rt: rt, auth: a, opts: opts, log: opts.Logger, mux: http.NewServeMux(),
-		cors:    newCORS(opts.CORSOrigins),
-		tickets: newTickets(opts.TicketTTL, opts.MaxTickets, opts.Now),
-		enc:     newEncCache(),
-		perID:   limits.NewCounter(opts.MaxStreamsPerIdentity),
-		perSess: limits.NewCounter(opts.MaxStreamsPerSession),
-		drain:   drain, drainNow: drainNow,
+		cors:     newCORS(opts.CORSOrigins),
+		tickets:  newTickets(opts.TicketTTL, opts.MaxTickets, opts.Now),
+		enc:      newEncCache(),
+		attached: newAttachments(),
+		perID:    limits.NewCounter(opts.MaxStreamsPerIdentity),
+		perSess:  limits.NewCounter(opts.MaxStreamsPerSession),
+		drain:    drain, drainNow: drainNow,
 	}
 	s.routes()
 	return s

@@ -82,6 +82,7 @@ type wsConn struct {
 
 	mu   sync.Mutex
 	subs map[string]*wsSub
+	pc   *protoConn // protocol mode (ws_session.go)
 }
 
 type wsSub struct {
@@ -110,11 +111,23 @@ func (s *Server) websocket(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := contextWithDrain(r.Context(), s.drain)
 	defer cancel()
 	wc := &wsConn{s: s, c: c, id: id, ctx: ctx, cancel: cancel, out: make(chan []byte, wsOutQueue), subs: make(map[string]*wsSub)}
+	wc.pc = s.newProtoConn(id, wc, true)
+	wc.pc.transportMode = func(sid string) bool {
+		wc.mu.Lock()
+		defer wc.mu.Unlock()
+		return wc.subs[sid] != nil
+	}
+	wc.pc.others = func() int {
+		wc.mu.Lock()
+		defer wc.mu.Unlock()
+		return len(wc.subs)
+	}
 	writerDone := make(chan struct{})
 	go func() { defer close(writerDone); wc.writeLoop() }()
 	code, reason := wc.readLoop()
 	cancel()
 	wc.unsubscribeAll()
+	wc.pc.detachAll()
 	<-writerDone
 	if code != 0 {
 		_ = c.Close(code, reason)
@@ -138,6 +151,7 @@ func (wc *wsConn) readLoop() (websocket.StatusCode, string) {
 	d.Register("macp/send", wc.send)
 	d.Register("macp/subscribe", wc.subscribe)
 	d.Register("macp/unsubscribe", wc.unsubscribe)
+	wc.pc.register(d)
 	for {
 		typ, msg, err := wc.c.Read(wc.ctx)
 		if err != nil {
@@ -150,7 +164,7 @@ func (wc *wsConn) readLoop() (websocket.StatusCode, string) {
 			return websocket.StatusUnsupportedData, "send JSON-RPC 2.0 requests as text messages"
 		}
 		if resp := d.Handle(wc.ctx, msg); resp != nil {
-			if !wc.enqueue(resp) {
+			if !wc.enqueue(wc.ctx, resp) {
 				return 0, ""
 			}
 		}
@@ -187,16 +201,6 @@ func (wc *wsConn) writeLoop() {
 	}
 }
 
-// enqueue queues msg for the writer, waiting while the queue is full.
-func (wc *wsConn) enqueue(msg []byte) bool {
-	select {
-	case wc.out <- msg:
-		return true
-	case <-wc.ctx.Done():
-		return false
-	}
-}
-
 func macpRPCError(e *coord.Error) *jsonrpc.Error {
 	return &jsonrpc.Error{Code: wire.RPCMACPError, Message: string(e.Code) + ": " + e.Message, Data: json.RawMessage(mustCompact(wire.ErrorOf(e)))}
 }
@@ -210,27 +214,7 @@ func mustCompact(m *macpv1.MACPError) []byte {
 }
 
 func (wc *wsConn) send(ctx context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
-	var p struct {
-		Envelope json.RawMessage `json:"envelope"`
-	}
-	if jerr := jsonrpc.Params(req, &p); jerr != nil {
-		return nil, jerr
-	}
-	if len(p.Envelope) == 0 {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: `macp/send needs {"envelope": {...}}`}
-	}
-	env, cerr := wire.DecodeEnvelope(p.Envelope)
-	if cerr != nil {
-		e := macpRPCError(cerr)
-		e.Code = jsonrpc.CodeInvalidParams
-		return nil, e
-	}
-	ack := wc.s.rt.Send(ctx, wc.id, env)
-	b, err := wire.Compact(ack)
-	if err != nil {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the ack could not be encoded"}
-	}
-	return map[string]json.RawMessage{"ack": b}, nil
+	return wc.s.rpcSend(ctx, wc.id, req)
 }
 
 func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
@@ -255,11 +239,15 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 	}
 	openedMs := wc.s.opts.Now().UnixMilli()
 	wc.mu.Lock()
+	if wc.pc.attachedTo(p.SessionID) {
+		wc.mu.Unlock()
+		return nil, macpRPCError(coord.Errorf(coord.CodeInvalidEnvelope, "this connection is attached to session %s in protocol mode (session/resume); send session/end before macp/subscribe", p.SessionID))
+	}
 	if _, dup := wc.subs[p.SessionID]; dup {
 		wc.mu.Unlock()
 		return nil, macpRPCError(coord.Errorf(coord.CodeInvalidEnvelope, "this connection already follows session %s; unsubscribe first", p.SessionID))
 	}
-	if len(wc.subs) >= wc.s.opts.MaxSubscriptions {
+	if len(wc.subs)+wc.pc.count() >= wc.s.opts.MaxSubscriptions {
 		wc.mu.Unlock()
 		return nil, macpRPCError(coord.Errorf(coord.CodeRateLimited, "this connection already follows %d sessions", wc.s.opts.MaxSubscriptions))
 	}
@@ -284,14 +272,14 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 			sub.last = from
 			wc.mu.Unlock()
 			// The response goes out before any notification.
-			wc.enqueue(jsonrpc.Reply(req, map[string]any{"sessionId": p.SessionID, "lastSequence": last, "resumeAfter": from}, nil))
+			wc.enqueue(ctx, jsonrpc.Reply(req, map[string]any{"sessionId": p.SessionID, "lastSequence": last, "resumeAfter": from}, nil))
 			started <- nil
 		}, func(seq uint64, env *macpv1.Envelope) error {
 			b, err := wc.s.enc.encode(seq, env, view)
 			if err != nil {
 				return err
 			}
-			if !wc.enqueue(jsonrpc.Notify(rpcEnvelope, map[string]any{"sessionId": p.SessionID, "sessionEventId": seq, "envelope": json.RawMessage(b)})) {
+			if !wc.enqueue(ctx, jsonrpc.Notify(rpcEnvelope, map[string]any{"sessionId": p.SessionID, "sessionEventId": seq, "envelope": json.RawMessage(b)})) {
 				return ctx.Err()
 			}
 			wc.mu.Lock()
@@ -312,9 +300,9 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 		wc.mu.Unlock()
 		wc.removeSub(p.SessionID, sub)
 		if ended {
-			wc.enqueue(jsonrpc.Notify(rpcEnd, map[string]any{"sessionId": p.SessionID, "lastSequence": last}))
+			wc.enqueue(ctx, jsonrpc.Notify(rpcEnd, map[string]any{"sessionId": p.SessionID, "lastSequence": last}))
 		} else if err != nil {
-			wc.enqueue(jsonrpc.Notify(rpcError, map[string]any{"sessionId": p.SessionID, "lastSequence": last, "error": json.RawMessage(mustCompact(wire.ErrorOf(followError(err))))}))
+			wc.enqueue(ctx, jsonrpc.Notify(rpcError, map[string]any{"sessionId": p.SessionID, "lastSequence": last, "error": json.RawMessage(mustCompact(wire.ErrorOf(followError(err))))}))
 		}
 	}()
 	if jerr := <-started; jerr != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	goruntime "runtime"
 	"slices"
 	"strconv"
@@ -39,6 +40,10 @@ type Info struct {
 // Options configure the gRPC binding.
 type Options struct {
 	Info Info
+	// Experimental are extra capabilities.experimental.features that
+	// Initialize advertises (for example the HTTP listener's protocol-mode
+	// session resume and its replay window), beside macpd's own.
+	Experimental map[string]string
 	// Roots are the runtime's advertised roots (ListRoots).
 	Roots []*macpv1.Root
 	// MaxRecvBytes bounds a whole request message, so oversized frames are
@@ -245,8 +250,15 @@ func (s *Service) capabilities() *macpv1.Capabilities {
 		ModeRegistry:   &macpv1.ModeRegistryCapability{ListModes: true, ListChanged: true},
 		Roots:          &macpv1.RootsCapability{ListRoots: true, ListChanged: true},
 		PolicyRegistry: &macpv1.PolicyRegistryCapability{RegisterPolicy: true, ListPolicies: true, ListChanged: true},
-		Experimental:   &macpv1.ExperimentalCapabilities{Features: map[string]string{"ext_mode_lifecycle": "true"}},
+		Experimental:   &macpv1.ExperimentalCapabilities{Features: s.experimental()},
 	}
+}
+
+// experimental is macpd's own experimental feature plus Options.Experimental.
+func (s *Service) experimental() map[string]string {
+	f := map[string]string{"ext_mode_lifecycle": "true"}
+	maps.Copy(f, s.opts.Experimental)
+	return f
 }
 
 // Initialize negotiates the protocol version (RFC-MACP-0001 §5).

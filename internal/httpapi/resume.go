@@ -1,0 +1,309 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"sync"
+
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/jsonrpc"
+	"github.com/macpd/macpd/internal/runtime"
+	"github.com/macpd/macpd/internal/session"
+	"github.com/macpd/macpd/internal/wire"
+)
+
+// Resumable sessions, protocol mode (docs/resume.md "Protocol mode"):
+// JSON-RPC methods that attach a connection to an MACP session, so that
+// the session, not the connection, is what a client resumes.
+//
+//	session/start  {"envelope": <SessionStart>}           -> {"sessionId", "ack"}        attaches (from seq 0)
+//	session/resume {"sessionId", "lastSessionEventId"?}   -> {"resumed": true, "catchup", "sessionId", "sessionEventId"}
+//	session/end    {"sessionId"}                          -> {"sessionId", "ended", "cancelled"}
+//	session/get    {"sessionId"}                          -> {"sessionId", "sessionEventId", "metadata"}
+//
+// Notifications per attachment:
+//
+//	notifications/macp/envelope {"sessionId", "sessionEventId", "envelope"}  every accepted envelope, in order, never coalesced
+//	notifications/macp/session  {"sessionId", "sessionEventId", "metadata"}  the latest SessionMetadata; coalesced
+//	notifications/macp/detached {"sessionId", "reason", "lastSessionEventId"} final: superseded by a newer attachment
+//	notifications/macp/end      {"sessionId", "lastSequence"}                 the session is terminal, all delivered
+//
+// The sessionEventId is the session's accepted-history sequence number,
+// the cursor of every transport (gRPC after_sequence, SSE Last-Event-ID,
+// WebSocket macp/subscribe afterSequence).
+//
+// One active attachment per caller and session: a new attachment of the
+// same identity (on any connection of this listener) ends the previous
+// one, which receives notifications/macp/detached and nothing more.
+
+const (
+	rpcSession  = "notifications/macp/session"
+	rpcDetached = "notifications/macp/detached"
+
+	// ResumeCapability is the manifest / Initialize experimental feature
+	// key of protocol-mode sessions; its value is the protocol version.
+	ResumeCapability = "macp.session-resume"
+	resumeVersion    = "1"
+)
+
+// rpcSink is a connection that carries protocol-mode notifications.
+type rpcSink interface {
+	// enqueue queues one message; false when ctx or the connection ended.
+	enqueue(ctx context.Context, msg []byte) bool
+	// identity is the connection's authenticated caller.
+	identity() coord.Identity
+	// connCtx ends with the connection.
+	connCtx() context.Context
+}
+
+type attachKey struct{ sender, session string }
+
+// attachment is one connection's protocol-mode attachment to a session.
+type attachment struct {
+	key    attachKey
+	sink   rpcSink
+	cancel context.CancelFunc
+	done   chan struct{} // closed when nothing more will be sent for it
+
+	mu     sync.Mutex
+	last   uint64 // last delivered sessionEventId
+	reason string // set when superseded
+}
+
+func (a *attachment) lastSeq() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.last
+}
+
+// attachments is the listener-wide registry enforcing one active
+// attachment per caller and session.
+type attachments struct {
+	mu      sync.Mutex
+	m       map[attachKey]*attachment
+	streams *rpcStreams // HTTP notification streams (rpc.go), made on first use
+}
+
+func newAttachments() *attachments { return &attachments{m: make(map[attachKey]*attachment)} }
+
+// put registers a and supersedes the previous attachment of its key.
+func (r *attachments) put(a *attachment) {
+	r.mu.Lock()
+	prev := r.m[a.key]
+	r.m[a.key] = a
+	r.mu.Unlock()
+	if prev != nil && prev != a {
+		prev.mu.Lock()
+		prev.reason = "superseded: the same caller attached to this session on another connection"
+		prev.mu.Unlock()
+		prev.cancel()
+	}
+}
+
+func (r *attachments) remove(a *attachment) {
+	r.mu.Lock()
+	if r.m[a.key] == a {
+		delete(r.m, a.key)
+	}
+	r.mu.Unlock()
+}
+
+var errRestart = errors.New("restart from the current end")
+
+// attach starts delivering session sid to sink after `after` (catch-up
+// within the replay window, else none of the missed envelopes). reply is
+// called once, before any notification, with the outcome; on a refusal
+// it gets the error and nothing is attached.
+func (s *Server) attach(sink rpcSink, sid string, after uint64, onStart func(a *attachment, catchup bool, from uint64), onFail func(*coord.Error), onExit func(*attachment)) {
+	id := sink.identity()
+	ctx, cancel := context.WithCancel(sink.connCtx())
+	a := &attachment{key: attachKey{id.Sender, sid}, sink: sink, cancel: cancel, done: make(chan struct{}), last: after}
+	openedMs := s.opts.Now().UnixMilli()
+	go func() {
+		defer close(a.done)
+		defer cancel()
+		dirty := make(chan struct{}, 1)
+		notifierDone := make(chan struct{})
+		started, outside, registered := false, false, false
+		var startLast uint64
+		deliver := func(rec session.Record) error {
+			if outside && rec.Seq <= startLast {
+				return errRestart
+			}
+			if rec.Envelope != nil {
+				b, err := s.enc.encode(rec.Seq, rec.Envelope, false)
+				if err != nil {
+					return err
+				}
+				if !sink.enqueue(ctx, jsonrpc.Notify(rpcEnvelope, map[string]any{"sessionId": sid, "sessionEventId": rec.Seq, "envelope": json.RawMessage(b)})) {
+					return ctx.Err()
+				}
+			}
+			a.mu.Lock()
+			a.last = rec.Seq
+			a.mu.Unlock()
+			select {
+			case dirty <- struct{}{}:
+			default:
+			}
+			return nil
+		}
+		var lastMeta []byte
+		sendMeta := func() {
+			md, cerr := s.rt.GetSession(ctx, id, sid)
+			if cerr != nil {
+				return
+			}
+			b, err := wire.Compact(md)
+			if err != nil || bytes.Equal(b, lastMeta) {
+				return
+			}
+			if sink.enqueue(ctx, jsonrpc.Notify(rpcSession, map[string]any{"sessionId": sid, "sessionEventId": a.lastSeq(), "metadata": json.RawMessage(b)})) {
+				lastMeta = b
+			}
+		}
+		nctx, ncancel := context.WithCancel(ctx)
+		opts := runtime.FollowOptions{LiveSinceMs: openedMs, OnStartAfter: func(last, from uint64) {
+			started = true
+			startLast = last
+			catchup := true
+			if w := uint64(s.opts.ReplayWindow); w > 0 && last > from && last-from > w {
+				catchup, outside = false, true
+				from = last
+			}
+			a.mu.Lock()
+			a.last = from
+			a.mu.Unlock()
+			s.attached.put(a)
+			registered = true
+			onStart(a, catchup, from)
+			// The latest metadata follows the response even when nothing
+			// was missed; later changes are coalesced.
+			dirty <- struct{}{}
+			go func() {
+				defer close(notifierDone)
+				for {
+					select {
+					case <-dirty:
+						sendMeta()
+					case <-nctx.Done():
+						return
+					}
+				}
+			}()
+		}}
+		err := s.rt.Follow(ctx, id, sid, after, opts, deliver)
+		if errors.Is(err, errRestart) {
+			opts.OnStartAfter = nil
+			opts.LiveSinceMs = 0
+			err = s.rt.Follow(ctx, id, sid, startLast, opts, deliver)
+		}
+		if !started {
+			ncancel()
+			onFail(followError(err))
+			return
+		}
+		ncancel()
+		<-notifierDone
+		if registered {
+			s.attached.remove(a)
+		}
+		a.mu.Lock()
+		reason := a.reason
+		a.mu.Unlock()
+		cctx := sink.connCtx()
+		switch {
+		case reason != "":
+			sink.enqueue(cctx, jsonrpc.Notify(rpcDetached, map[string]any{"sessionId": sid, "reason": reason, "lastSessionEventId": a.lastSeq()}))
+		case ctx.Err() != nil:
+			// detached (session/end) or the connection ended: nothing more
+		case errors.Is(err, runtime.ErrFollowEnded):
+			sendMeta()
+			sink.enqueue(cctx, jsonrpc.Notify(rpcEnd, map[string]any{"sessionId": sid, "lastSequence": a.lastSeq()}))
+		case err != nil:
+			sink.enqueue(cctx, jsonrpc.Notify(rpcError, map[string]any{"sessionId": sid, "lastSequence": a.lastSeq(), "error": json.RawMessage(mustCompact(wire.ErrorOf(followError(err))))}))
+		}
+		if onExit != nil {
+			onExit(a)
+		}
+	}()
+}
+
+// protoParams are the protocol-mode methods' params.
+type protoParams struct {
+	SessionID          string          `json:"sessionId"`
+	LastSessionEventID json.RawMessage `json:"lastSessionEventId"`
+	Envelope           json.RawMessage `json:"envelope"`
+}
+
+func parseProto(req *jsonrpc.Request, needSession bool) (protoParams, *jsonrpc.Error) {
+	var p protoParams
+	if jerr := jsonrpc.Params(req, &p); jerr != nil {
+		return p, jerr
+	}
+	if needSession && p.SessionID == "" {
+		return p, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: req.Method + ` needs {"sessionId": "..."}`}
+	}
+	return p, nil
+}
+
+// lastEventID parses lastSessionEventId: absent, null or a non-negative
+// integer (a JSON number or a decimal string).
+func lastEventID(raw json.RawMessage) (uint64, *jsonrpc.Error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, nil
+	}
+	v := string(raw)
+	if v[0] == '"' {
+		if err := json.Unmarshal(raw, &v); err != nil {
+			v = ""
+		}
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "lastSessionEventId must be a sequence number (0, 1, 2, ...)"}
+	}
+	return n, nil
+}
+
+// rpcGet answers session/get: the metadata and the current sequence
+// number (read first, so the metadata is at least that recent).
+func (s *Server) rpcGet(ctx context.Context, id coord.Identity, sid string) (any, *jsonrpc.Error) {
+	last, _ := s.rt.LastSeq(sid)
+	md, cerr := s.rt.GetSession(ctx, id, sid)
+	if cerr != nil {
+		return nil, macpRPCError(cerr)
+	}
+	b, err := wire.Compact(md)
+	if err != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the metadata could not be encoded"}
+	}
+	return map[string]any{"sessionId": sid, "sessionEventId": last, "metadata": json.RawMessage(b)}, nil
+}
+
+// endSession cancels sid when id is its initiator and it is OPEN
+// (session/end); anyone else only detaches.
+func (s *Server) endSession(ctx context.Context, id coord.Identity, sid string) bool {
+	md, cerr := s.rt.GetSession(ctx, id, sid)
+	if cerr != nil || md.GetInitiator() != id.Sender || md.GetState() != macpv1.SessionState_SESSION_STATE_OPEN {
+		return false
+	}
+	ack, cerr := s.rt.Cancel(ctx, id, sid, "session/end by the initiator")
+	return cerr == nil && ack.GetOk()
+}
+
+// ResumeFeatures is the advertisement of protocol-mode sessions: the
+// manifest's metadata and the WebSocket endpoint's metadata carry it, and
+// Initialize's experimental features should too (docs/resume.md). The
+// replay window is a number of envelopes per session; "0" means the whole
+// retained history.
+func ResumeFeatures(replayWindow int) map[string]string {
+	return map[string]string{
+		ResumeCapability:                    resumeVersion,
+		ResumeCapability + ".replay_window": strconv.Itoa(replayWindow),
+	}
+}

@@ -1,0 +1,521 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/google/uuid"
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// Protocol-mode sessions (issue: resumable sessions as a protocol;
+// docs/resume.md "Protocol mode"): session/start, session/resume,
+// session/end, session/get over JSON-RPC on /macp/ws.
+
+// pconn is a JSON-RPC client on /macp/ws that keeps notifications
+// arriving before a response for later.
+type pconn struct {
+	t       testing.TB
+	c       *websocket.Conn
+	id      int
+	pending []*rpcMsg
+}
+
+func (e *env) pdial(t testing.TB, agent string) *pconn {
+	return &pconn{t: t, c: e.dialWS(t, agent)}
+}
+
+// call sends a request and returns its response.
+func (p *pconn) call(method string, params any) *rpcMsg {
+	p.t.Helper()
+	p.id++
+	if err := wsCall(p.c, p.id, method, params); err != nil {
+		p.t.Fatal(err)
+	}
+	for {
+		m, err := wsRead(p.c)
+		if err != nil {
+			p.t.Fatalf("%s: %v", method, err)
+		}
+		if m.Method != "" {
+			p.pending = append(p.pending, m)
+			continue
+		}
+		if string(m.ID) != fmt.Sprint(p.id) {
+			p.t.Fatalf("%s: response to %s", method, m.ID)
+		}
+		return m
+	}
+}
+
+// notif returns the next notification.
+func (p *pconn) notif() *rpcMsg {
+	p.t.Helper()
+	if len(p.pending) > 0 {
+		m := p.pending[0]
+		p.pending = p.pending[1:]
+		return m
+	}
+	m, err := wsRead(p.c)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if m.Method == "" {
+		p.t.Fatalf("unexpected response %s", m.ID)
+	}
+	return m
+}
+
+type envNote struct {
+	SessionID      string          `json:"sessionId"`
+	SessionEventID uint64          `json:"sessionEventId"`
+	Envelope       json.RawMessage `json:"envelope"`
+	Metadata       json.RawMessage `json:"metadata"`
+	Reason         string          `json:"reason"`
+}
+
+func params(t testing.TB, m *rpcMsg) envNote {
+	t.Helper()
+	var n envNote
+	if err := json.Unmarshal(m.Params, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+type resumeResult struct {
+	Resumed        bool   `json:"resumed"`
+	Catchup        bool   `json:"catchup"`
+	SessionID      string `json:"sessionId"`
+	SessionEventID uint64 `json:"sessionEventId"`
+}
+
+func (p *pconn) resume(sid string, last uint64) resumeResult {
+	p.t.Helper()
+	m := p.call("session/resume", map[string]any{"sessionId": sid, "lastSessionEventId": last})
+	if m.Error != nil {
+		p.t.Fatalf("session/resume: %+v", m.Error)
+	}
+	var r resumeResult
+	if err := json.Unmarshal(m.Result, &r); err != nil || !r.Resumed || r.SessionID != sid {
+		p.t.Fatalf("session/resume result %s (%v)", m.Result, err)
+	}
+	return r
+}
+
+// nextEnvelope skips session notifications and returns the next envelope
+// notification of sid.
+func (p *pconn) nextEnvelope(sid string) (uint64, []byte) {
+	p.t.Helper()
+	for {
+		m := p.notif()
+		switch m.Method {
+		case "notifications/macp/session":
+			continue
+		case "notifications/macp/envelope":
+			n := params(p.t, m)
+			if n.SessionID != sid {
+				p.t.Fatalf("envelope of session %s, want %s", n.SessionID, sid)
+			}
+			env := &macpv1.Envelope{}
+			if err := protojson.Unmarshal(n.Envelope, env); err != nil {
+				p.t.Fatal(err)
+			}
+			return n.SessionEventID, wireBytes(p.t, env)
+		default:
+			p.t.Fatalf("unexpected %s %s", m.Method, m.Params)
+		}
+	}
+}
+
+func rpcCode(t testing.TB, m *rpcMsg) (int, string) {
+	t.Helper()
+	if m.Error == nil {
+		t.Fatalf("want an error, got result %s", m.Result)
+	}
+	code := ""
+	if len(m.Error.Data) > 0 {
+		var me macpv1.MACPError
+		if err := protojson.Unmarshal(m.Error.Data, &me); err == nil {
+			code = me.Code
+		}
+	}
+	return m.Error.Code, code
+}
+
+func TestProtocolStartResumeEnd(t *testing.T) {
+	e := startApp(t, testConfig())
+	c := e.pdial(t, "coord")
+	sid := uuid.NewString()
+	var env map[string]any
+	_ = json.Unmarshal([]byte(startJSON(sid, "coord", "alice", "bob")), &env)
+	m := c.call("session/start", map[string]any{"envelope": env})
+	var sr struct {
+		SessionID string          `json:"sessionId"`
+		Ack       json.RawMessage `json:"ack"`
+	}
+	if m.Error != nil || json.Unmarshal(m.Result, &sr) != nil || sr.SessionID != sid {
+		t.Fatalf("session/start: %+v %s", m.Error, m.Result)
+	}
+	ack := &macpv1.Ack{}
+	if err := protojson.Unmarshal(sr.Ack, ack); err != nil || !ack.Ok {
+		t.Fatalf("ack %s", sr.Ack)
+	}
+	// Attached from the start: the SessionStart is sessionEventId 1.
+	if seq, b := c.nextEnvelope(sid); seq != 1 || !bytes.Equal(b, e.stored(t, sid)[1]) {
+		t.Fatalf("first notification seq %d", seq)
+	}
+	// Missing / wrong params name the problem.
+	if code, _ := rpcCode(t, c.call("session/start", map[string]any{})); code != -32602 {
+		t.Fatalf("session/start without envelope: %d", code)
+	}
+	if code, _ := rpcCode(t, c.call("session/start", map[string]any{"envelope": json.RawMessage(proposalJSON(sid, uuid.NewString(), "p"))})); code != -32602 {
+		t.Fatalf("session/start with a Proposal: %d", code)
+	}
+	// Unknown method (JSON-RPC 2.0 §5.1).
+	if code, _ := rpcCode(t, c.call("session/nope", map[string]any{})); code != -32601 {
+		t.Fatalf("unknown method: %d", code)
+	}
+	// Unknown session; non-participant (RFC-MACP-0006 §3.2 authorization).
+	if code, mc := rpcCode(t, c.call("session/resume", map[string]any{"sessionId": uuid.NewString()})); code != -32000 || mc != "SESSION_NOT_FOUND" {
+		t.Fatalf("unknown session: %d %s", code, mc)
+	}
+	if code, mc := rpcCode(t, e.pdial(t, "mallory").call("session/resume", map[string]any{"sessionId": sid})); code != -32000 || mc != "FORBIDDEN" {
+		t.Fatalf("non-participant: %d %s", code, mc)
+	}
+
+	// session/end by a participant only detaches: nothing more arrives
+	// on that connection while the session goes on.
+	a := e.pdial(t, "alice")
+	a.resume(sid, 1)
+	b := e.pdial(t, "bob")
+	b.resume(sid, 1)
+	m = a.call("session/end", map[string]any{"sessionId": sid})
+	if m.Error != nil || !bytes.Contains(m.Result, []byte(`"cancelled":false`)) {
+		t.Fatalf("session/end: %+v %s", m.Error, m.Result)
+	}
+	pending := len(a.pending)
+	for i := range 3 {
+		e.mustAck(t, "/macp/envelope", "coord", proposalJSON(sid, uuid.NewString(), fmt.Sprint("p", i)))
+	}
+	for range 3 {
+		b.nextEnvelope(sid) // bob, still attached, sees them
+	}
+	a.call("session/get", map[string]any{"sessionId": sid}) // a barrier on a's connection
+	for _, n := range a.pending[pending:] {
+		t.Fatalf("notification after session/end: %s %s", n.Method, n.Params)
+	}
+	// session/end by the initiator cancels (as CancelSession: EXPIRED).
+	m = c.call("session/end", map[string]any{"sessionId": sid})
+	if m.Error != nil || !bytes.Contains(m.Result, []byte(`"cancelled":true`)) {
+		t.Fatalf("initiator session/end: %+v %s", m.Error, m.Result)
+	}
+	md, err := e.c.GetSession(as("coord"), &macpv1.GetSessionRequest{SessionId: sid})
+	if err != nil || md.GetMetadata().GetState() != macpv1.SessionState_SESSION_STATE_EXPIRED {
+		t.Fatalf("after the initiator's session/end: %v %v", md, err)
+	}
+}
+
+func TestProtocolSingleActiveAttachment(t *testing.T) {
+	e := startApp(t, testConfig())
+	sid := e.startSession(t, "coord", "alice", "bob")
+	a1 := e.pdial(t, "alice")
+	a1.resume(sid, 1)
+	bob := e.pdial(t, "bob")
+	bob.resume(sid, 1)
+	a2 := e.pdial(t, "alice")
+	a2.resume(sid, 1)
+	// a1 gets a final detached notification, then nothing.
+	for {
+		m := a1.notif()
+		if m.Method == "notifications/macp/session" {
+			continue
+		}
+		if m.Method != "notifications/macp/detached" || params(t, m).Reason == "" {
+			t.Fatalf("superseded attachment got %s %s", m.Method, m.Params)
+		}
+		break
+	}
+	e.mustAck(t, "/macp/envelope", "coord", proposalJSON(sid, uuid.NewString(), "x"))
+	if seq, _ := a2.nextEnvelope(sid); seq != 2 {
+		t.Fatalf("new attachment got seq %d", seq)
+	}
+	if seq, _ := bob.nextEnvelope(sid); seq != 2 { // other participants untouched
+		t.Fatalf("bob got seq %d", seq)
+	}
+	n := len(a1.pending)
+	a1.call("session/get", map[string]any{"sessionId": sid})
+	if len(a1.pending) != n {
+		t.Fatalf("superseded attachment got %s", a1.pending[n].Method)
+	}
+}
+
+func TestProtocolCoalescing(t *testing.T) {
+	e := startApp(t, testConfig())
+	sid := e.startSession(t, "coord", "alice", "bob")
+	a := e.pdial(t, "alice")
+	a.resume(sid, 1)
+	a.call("session/end", map[string]any{"sessionId": sid})
+	a.pending = nil // the first attachment's notifications
+	// Ten state changes while alice is away.
+	for i := range 10 {
+		agent := []string{"coord", "bob"}[i%2]
+		e.mustAck(t, "/macp/envelope", agent, proposalJSON(sid, uuid.NewString(), fmt.Sprint("p", i)))
+	}
+	r := a.resume(sid, 1)
+	if !r.Catchup {
+		t.Fatal("catchup false with no window")
+	}
+	var metas [][]byte
+	envs := 0
+	for envs < 10 || len(metas) == 0 {
+		m := a.notif()
+		switch m.Method {
+		case "notifications/macp/envelope":
+			envs++ // history is never coalesced
+		case "notifications/macp/session":
+			metas = append(metas, params(t, m).Metadata)
+		default:
+			t.Fatalf("unexpected %s", m.Method)
+		}
+	}
+	g := a.call("session/get", map[string]any{"sessionId": sid})
+	a.call("session/get", map[string]any{"sessionId": sid})
+	for _, m := range a.pending {
+		if m.Method == "notifications/macp/session" {
+			metas = append(metas, params(t, m).Metadata)
+		} else {
+			envs++
+		}
+	}
+	if envs != 10 || len(metas) != 1 {
+		t.Fatalf("got %d envelopes and %d session notifications, want 10 and 1", envs, len(metas))
+	}
+	var gr envNote
+	_ = json.Unmarshal(g.Result, &gr)
+	if gr.SessionEventID != 11 || !bytes.Equal(gr.Metadata, metas[0]) {
+		t.Fatalf("session notification %s differs from session/get %s", metas[0], g.Result)
+	}
+}
+
+func TestProtocolMixedModes(t *testing.T) {
+	e := startApp(t, testConfig())
+	s1, s2 := e.startSession(t, "coord", "alice"), e.startSession(t, "coord", "alice")
+	c := e.pdial(t, "alice")
+	if m := c.call("macp/subscribe", map[string]any{"sessionId": s1}); m.Error != nil {
+		t.Fatal(m.Error)
+	}
+	if code, mc := rpcCode(t, c.call("session/resume", map[string]any{"sessionId": s1})); code != -32000 || mc != "INVALID_ENVELOPE" {
+		t.Fatalf("protocol mode over a transport-mode subscription: %d %s", code, mc)
+	}
+	c.resume(s2, 0) // the other session in protocol mode on the same connection
+	if code, mc := rpcCode(t, c.call("macp/subscribe", map[string]any{"sessionId": s2})); code != -32000 || mc != "INVALID_ENVELOPE" {
+		t.Fatalf("transport mode over a protocol-mode attachment: %d %s", code, mc)
+	}
+}
+
+// TestProtocolResumeTrials: random cut points on every transport's
+// cursor (gRPC after_sequence, SSE id, WebSocket sessionEventId, polling
+// seq, a protocol-mode attachment), resumed with session/resume over
+// WebSocket or HTTP (POST /macp/rpc and its stream) while
+// several senders write. Within the window: exactly the missed envelopes,
+// in order, byte-equal to storage, then live. Outside: catchup false and
+// none of the missed.
+func TestProtocolResumeTrials(t *testing.T) {
+	trials := 500
+	if testing.Short() {
+		trials = 100
+	}
+	const window = 100
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("MACP_RESUME_SEED"); s != "" {
+		fmt.Sscan(s, &seed)
+	}
+	t.Logf("seed %d (MACP_RESUME_SEED to replay the choices)", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	cfg := testConfig()
+	cfg.Resume.ReplayWindow = window
+	e := startApp(t, cfg)
+	sids := []string{e.startSession(t, "coord", "alice", "bob"), e.startSession(t, "coord", "alice", "bob")}
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var sent atomic.Int64
+	for i, sid := range sids {
+		for j, via := range []string{"grpc", "http", "ws"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var ws *pconn
+				if via == "ws" {
+					ws = &pconn{t: t, c: e.dialWS(t, "coord")}
+				}
+				for n := 0; ; n++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					id := fmt.Sprintf("s%d-%s-%d-%d", i, via, j, n)
+					switch via {
+					case "grpc":
+						if ack := e.grpcProposal(t, "coord", sid, id); !ack.Ok {
+							t.Errorf("grpc send: %v", ack)
+							return
+						}
+					case "http":
+						e.mustAck(t, "/macp/envelope", "coord", proposalJSON(sid, id, id))
+					case "ws":
+						m := ws.call("macp/send", map[string]any{"envelope": json.RawMessage(proposalJSON(sid, id, id))})
+						if m.Error != nil || !bytes.Contains(m.Result, []byte(`"ok":true`)) {
+							t.Errorf("ws send: %+v %s", m.Error, m.Result)
+							return
+						}
+					}
+					sent.Add(1)
+					time.Sleep(time.Millisecond)
+				}
+			}()
+		}
+	}
+	defer func() { close(stop); wg.Wait() }()
+	for sent.Load() < 3*window {
+		time.Sleep(time.Millisecond)
+	}
+
+	cutVia := append([]string{"proto"}, transports...)
+	counts := map[string]int{}
+	for trial := range trials {
+		sid := sids[rng.IntN(len(sids))]
+		agent := []string{"alice", "bob"}[rng.IntN(2)]
+		last, _ := e.a.Runtime().LastSeq(sid)
+		lo := uint64(0)
+		if last > 2*window {
+			lo = last - 2*window
+		}
+		start := lo + rng.Uint64N(last-lo+1)
+		via := cutVia[rng.IntN(len(cutVia))]
+		// Read 1..4 envelopes on via, then cut: the cursor is the last seq.
+		cursor := start
+		n1 := 1 + rng.IntN(4)
+		if via == "proto" {
+			p := e.pdial(t, agent)
+			p.resume(sid, start)
+			for range n1 {
+				cursor, _ = p.nextEnvelope(sid)
+			}
+			_ = p.c.CloseNow()
+		} else {
+			f := e.open(t, via, agent, sid, start)
+			for range n1 {
+				seq, _, err := f.next()
+				if err != nil {
+					t.Fatalf("trial %d %s: %v", trial, via, err)
+				}
+				cursor = seq
+			}
+			f.close()
+		}
+		// Let some more envelopes through sometimes, so that some
+		// cursors fall outside the window.
+		if rng.IntN(3) == 0 {
+			target := cursor + uint64(window) + uint64(rng.IntN(window))
+			for l, _ := e.a.Runtime().LastSeq(sid); l < target; l, _ = e.a.Runtime().LastSeq(sid) {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		before, _ := e.a.Runtime().LastSeq(sid)
+		n2 := 1 + rng.IntN(4)
+		var got []uint64
+		var gotB [][]byte
+		var r resumeResult
+		resumeVia := []string{"ws", "http"}[rng.IntN(2)]
+		counts["resume-"+resumeVia]++
+		if resumeVia == "ws" {
+			p := e.pdial(t, agent)
+			r = p.resume(sid, cursor)
+			for range n2 {
+				seq, b := p.nextEnvelope(sid)
+				got = append(got, seq)
+				gotB = append(gotB, b)
+			}
+			_ = p.c.CloseNow()
+		} else {
+			h := e.hdial(t, agent)
+			code, m := h.call("session/resume", map[string]any{"sessionId": sid, "lastSessionEventId": cursor})
+			if code != 200 || m.Error != nil || json.Unmarshal(m.Result, &r) != nil || !r.Resumed {
+				t.Fatalf("trial %d: HTTP resume %d %+v %s", trial, code, m.Error, m.Result)
+			}
+			for range n2 {
+				seq, b := h.nextEnvelopeBytes()
+				got = append(got, seq)
+				gotB = append(gotB, b)
+			}
+			h.close()
+		}
+		after, _ := e.a.Runtime().LastSeq(sid)
+		if r.Catchup {
+			counts["catchup"]++
+			if r.SessionEventID != cursor || before-cursor > window {
+				t.Fatalf("trial %d: catchup true from %d (cursor %d, last before %d, window %d)", trial, r.SessionEventID, cursor, before, window)
+			}
+		} else {
+			counts["outside"]++
+			if r.SessionEventID < before || r.SessionEventID-cursor <= window || r.SessionEventID > after {
+				t.Fatalf("trial %d: catchup false at %d (cursor %d, last before %d, window %d)", trial, r.SessionEventID, cursor, before, window)
+			}
+		}
+		// Delivery starts right after sessionEventId: the cursor (every
+		// missed envelope) or the end at resume (none of the missed).
+		stored := e.storedRange(t, sid, r.SessionEventID+1, len(got))
+		for i, seq := range got {
+			if want := r.SessionEventID + uint64(i) + 1; seq != want {
+				t.Fatalf("trial %d (cut on %s at %d, catchup %v): envelope %d has seq %d, want %d", trial, via, cursor, r.Catchup, i, seq, want)
+			}
+			if !bytes.Equal(gotB[i], stored[seq]) {
+				t.Fatalf("trial %d: seq %d differs from storage", trial, seq)
+			}
+		}
+		counts[via]++
+	}
+	if counts["catchup"] == 0 || counts["outside"] == 0 {
+		t.Fatalf("trials did not cover both outcomes: %v", counts)
+	}
+	t.Logf("%d trials %v, %d envelopes sent meanwhile", trials, counts, sent.Load())
+}
+
+var _ = context.Background
+
+// The manifest advertises protocol-mode sessions and the replay window.
+func TestProtocolAdvertised(t *testing.T) {
+	cfg := testConfig()
+	cfg.Resume.ReplayWindow = 250
+	e := startApp(t, cfg)
+	code, b := e.do(t, "GET", "/.well-known/macp.json", "", "", nil)
+	m := &macpv1.AgentManifest{}
+	if err := protojson.Unmarshal(b, m); code != 200 || err != nil {
+		t.Fatalf("%d %s %v", code, b, err)
+	}
+	if m.Metadata["experimental.macp.session-resume"] != "1" || m.Metadata["experimental.macp.session-resume.replay_window"] != "250" {
+		t.Fatalf("manifest metadata %v", m.Metadata)
+	}
+	found := false
+	for _, ep := range m.TransportEndpoints {
+		if ep.Transport == "macp.transport.websocket.v1" {
+			found = ep.Metadata["macp.session-resume.replay_window"] == "250"
+		}
+	}
+	if !found {
+		t.Fatalf("websocket endpoint does not advertise it: %v", m.TransportEndpoints)
+	}
+}

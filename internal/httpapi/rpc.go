@@ -1,0 +1,216 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/jsonrpc"
+	"github.com/macpd/macpd/internal/wire"
+)
+
+// JSON-RPC over HTTP (docs/resume.md "Protocol mode"): the same methods
+// as /macp/ws (macp/send, session/start, session/resume, session/end,
+// session/get), one request per POST, with server-to-client notifications
+// on a separate Server-Sent Events stream:
+//
+//	GET  /macp/rpc/stream   SSE; the first event is "stream" with {"streamId"},
+//	                        then one "message" event per JSON-RPC notification
+//	POST /macp/rpc          a JSON-RPC request -> its JSON-RPC response (200;
+//	                        204 for a notification); session/start, session/resume
+//	                        and session/end act on the stream named by the
+//	                        X-MACP-RPC-Stream header (same identity only)
+//
+// The stream is protocol mode: a Last-Event-ID header on either route is
+// the transport-mode resume of the SSE feed and is refused (mixed modes).
+// The stream ends when the client closes it; its attachments end with it.
+
+// HeaderRPCStream names the notification stream of a POST /macp/rpc.
+const HeaderRPCStream = "X-MACP-RPC-Stream"
+
+type rpcStream struct {
+	key    string
+	owner  coord.Identity
+	ctx    context.Context
+	cancel context.CancelFunc
+	out    chan []byte
+	pc     *protoConn
+}
+
+func (st *rpcStream) identity() coord.Identity { return st.owner }
+func (st *rpcStream) connCtx() context.Context { return st.ctx }
+func (st *rpcStream) enqueue(ctx context.Context, msg []byte) bool {
+	select {
+	case st.out <- msg:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-st.ctx.Done():
+		return false
+	}
+}
+
+type rpcStreams struct {
+	mu sync.Mutex
+	m  map[string]*rpcStream
+}
+
+func (s *Server) rpcStreamTable() *rpcStreams {
+	s.attached.mu.Lock()
+	defer s.attached.mu.Unlock()
+	if s.attached.streams == nil {
+		s.attached.streams = &rpcStreams{m: make(map[string]*rpcStream)}
+	}
+	return s.attached.streams
+}
+
+func (s *Server) rpcRoutes() {
+	s.mux.HandleFunc("GET /macp/rpc/stream", s.rpcStream)
+	s.mux.HandleFunc("POST /macp/rpc", s.rpcPost)
+}
+
+func mixedHTTPError(w http.ResponseWriter) {
+	WriteError(w, coord.Errorf(coord.CodeInvalidEnvelope, "Last-Event-ID is the SSE feed's transport-mode resume; protocol mode (/macp/rpc) resumes with session/resume and lastSessionEventId, not both"))
+}
+
+func (s *Server) rpcStream(w http.ResponseWriter, r *http.Request) {
+	id, _, cerr := s.Identify(r, true, false)
+	if cerr != nil {
+		WriteError(w, cerr)
+		return
+	}
+	if r.Header.Get("Last-Event-ID") != "" {
+		mixedHTTPError(w)
+		return
+	}
+	release, cerr := s.acquireStream(id, "")
+	if cerr != nil {
+		WriteError(w, cerr)
+		return
+	}
+	defer release()
+	var kb [16]byte
+	_, _ = rand.Read(kb[:])
+	ctx, cancel := contextWithDrain(r.Context(), s.drain)
+	defer cancel()
+	st := &rpcStream{key: hex.EncodeToString(kb[:]), owner: id, ctx: ctx, cancel: cancel, out: make(chan []byte, wsOutQueue)}
+	st.pc = s.newProtoConn(id, st, false)
+	tab := s.rpcStreamTable()
+	tab.mu.Lock()
+	tab.m[st.key] = st
+	tab.mu.Unlock()
+	defer func() {
+		tab.mu.Lock()
+		delete(tab.m, st.key)
+		tab.mu.Unlock()
+		cancel()
+		st.pc.detachAll()
+	}()
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	rc := http.NewResponseController(w)
+	write := func(b []byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	first, _ := json.Marshal(map[string]string{"streamId": st.key})
+	if !write([]byte("event: stream\ndata: " + string(first) + "\n\n")) {
+		return
+	}
+	t := time.NewTicker(s.opts.KeepAlive)
+	defer t.Stop()
+	for {
+		select {
+		case msg := <-st.out:
+			if !write([]byte("event: message\ndata: " + string(msg) + "\n\n")) {
+				return
+			}
+		case <-t.C:
+			if !write([]byte(": keep-alive\n\n")) {
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (s *Server) rpcPost(w http.ResponseWriter, r *http.Request) {
+	id, _, cerr := s.Identify(r, false, false)
+	if cerr != nil {
+		WriteError(w, cerr)
+		return
+	}
+	if r.Header.Get("Last-Event-ID") != "" {
+		mixedHTTPError(w)
+		return
+	}
+	b, cerr := s.readBody(w, r)
+	if cerr != nil {
+		WriteError(w, cerr)
+		return
+	}
+	pc := s.newProtoConn(id, nil, false)
+	if key := r.Header.Get(HeaderRPCStream); key != "" {
+		tab := s.rpcStreamTable()
+		tab.mu.Lock()
+		st := tab.m[key]
+		tab.mu.Unlock()
+		if st == nil || st.owner.Sender != id.Sender {
+			WriteError(w, coord.Errorf(coord.CodeInvalidEnvelope, "%s names no open notification stream of %s", HeaderRPCStream, id.Sender))
+			return
+		}
+		pc = st.pc
+	}
+	d := jsonrpc.New()
+	d.Register("macp/send", func(ctx context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
+		return s.rpcSend(ctx, id, req)
+	})
+	pc.register(d)
+	ctx, cancel := s.unaryCtx(r)
+	defer cancel()
+	resp := d.Handle(ctx, b)
+	if resp == nil {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	_, _ = w.Write(append(resp, '\n'))
+}
+
+// rpcSend is macp/send: runtime.Send, the admission of gRPC Send.
+func (s *Server) rpcSend(ctx context.Context, id coord.Identity, req *jsonrpc.Request) (any, *jsonrpc.Error) {
+	var p struct {
+		Envelope json.RawMessage `json:"envelope"`
+	}
+	if jerr := jsonrpc.Params(req, &p); jerr != nil {
+		return nil, jerr
+	}
+	if len(p.Envelope) == 0 {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: `macp/send needs {"envelope": {...}}`}
+	}
+	env, cerr := wire.DecodeEnvelope(p.Envelope)
+	if cerr != nil {
+		e := macpRPCError(cerr)
+		e.Code = jsonrpc.CodeInvalidParams
+		return nil, e
+	}
+	ack := s.rt.Send(ctx, id, env)
+	ab, err := wire.Compact(ack)
+	if err != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the ack could not be encoded"}
+	}
+	return map[string]json.RawMessage{"ack": ab}, nil
+}

@@ -1,0 +1,220 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+
+	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/jsonrpc"
+	"github.com/macpd/macpd/internal/wire"
+)
+
+// protoConn is one carrier of protocol-mode attachments (resume.go): a
+// WebSocket connection, or an HTTP notification stream (rpc.go). The
+// methods below are the one implementation both transports dispatch to.
+type protoConn struct {
+	s    *Server
+	id   coord.Identity
+	sink rpcSink // nil: no carrier (HTTP without a stream), nothing can attach
+	// deferReply: the response to an attaching request goes through the
+	// sink before any notification (WebSocket); otherwise it is returned
+	// as the result (HTTP: the response body).
+	deferReply bool
+	// transportMode reports whether the carrier follows sid in transport
+	// mode (WebSocket macp/subscribe); nil: never.
+	transportMode func(sid string) bool
+	others        func() int // sessions followed in transport mode
+
+	mu  sync.Mutex
+	att map[string]*attachment
+}
+
+func (s *Server) newProtoConn(id coord.Identity, sink rpcSink, deferReply bool) *protoConn {
+	return &protoConn{s: s, id: id, sink: sink, deferReply: deferReply, att: make(map[string]*attachment)}
+}
+
+func (wc *wsConn) identity() coord.Identity { return wc.id }
+func (wc *wsConn) connCtx() context.Context { return wc.ctx }
+
+// enqueue queues msg for the writer, waiting while the queue is full,
+// until ctx or the connection ends.
+func (wc *wsConn) enqueue(ctx context.Context, msg []byte) bool {
+	select {
+	case wc.out <- msg:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-wc.ctx.Done():
+		return false
+	}
+}
+
+// register adds the protocol-mode methods to d.
+func (pc *protoConn) register(d *jsonrpc.Dispatcher) {
+	d.Register("session/start", pc.sessionStart)
+	d.Register("session/resume", pc.sessionResume)
+	d.Register("session/end", pc.sessionEnd)
+	d.Register("session/get", func(ctx context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
+		p, jerr := parseProto(req, true)
+		if jerr != nil {
+			return nil, jerr
+		}
+		return pc.s.rpcGet(ctx, pc.id, p.SessionID)
+	})
+}
+
+func (pc *protoConn) attachedTo(sid string) bool {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	return pc.att[sid] != nil
+}
+
+func (pc *protoConn) count() int {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	return len(pc.att)
+}
+
+func mixedModeError(sid string) *jsonrpc.Error {
+	return macpRPCError(coord.Errorf(coord.CodeInvalidEnvelope, "this connection follows session %s in transport mode (macp/subscribe); unsubscribe before using protocol mode (session/resume) for it", sid))
+}
+
+// attachHere attaches the carrier to sid after `after`.
+func (pc *protoConn) attachHere(req *jsonrpc.Request, sid string, after uint64, result func(catchup bool, from uint64) any) (any, *jsonrpc.Error) {
+	if pc.sink == nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: req.Method + " over HTTP needs a notification stream: open GET /macp/rpc/stream and send its id in the " + HeaderRPCStream + " header"}
+	}
+	if pc.transportMode != nil && pc.transportMode(sid) {
+		return nil, mixedModeError(sid)
+	}
+	pc.mu.Lock()
+	prev := pc.att[sid]
+	n := len(pc.att)
+	pc.mu.Unlock()
+	if pc.others != nil {
+		n += pc.others()
+	}
+	if prev == nil && n >= pc.s.opts.MaxSubscriptions {
+		return nil, macpRPCError(coord.Errorf(coord.CodeRateLimited, "this connection already follows %d sessions", pc.s.opts.MaxSubscriptions))
+	}
+	if prev != nil { // re-attaching on the same carrier replaces it silently
+		prev.cancel()
+		<-prev.done
+	}
+	release, cerr := pc.s.acquireSessionSlot(pc.id, sid)
+	if cerr != nil {
+		return nil, macpRPCError(cerr)
+	}
+	type outcome struct {
+		res  any
+		jerr *jsonrpc.Error
+	}
+	started := make(chan outcome, 1)
+	pc.s.attach(pc.sink, sid, after, func(a *attachment, catchup bool, from uint64) {
+		pc.mu.Lock()
+		pc.att[sid] = a
+		pc.mu.Unlock()
+		res := result(catchup, from)
+		if pc.deferReply {
+			pc.sink.enqueue(pc.sink.connCtx(), jsonrpc.Reply(req, res, nil))
+			res = jsonrpc.Deferred
+		}
+		started <- outcome{res: res}
+	}, func(cerr *coord.Error) {
+		release()
+		started <- outcome{jerr: macpRPCError(cerr)}
+	}, func(a *attachment) {
+		release()
+		pc.mu.Lock()
+		if pc.att[sid] == a {
+			delete(pc.att, sid)
+		}
+		pc.mu.Unlock()
+	})
+	o := <-started
+	return o.res, o.jerr
+}
+
+func (pc *protoConn) sessionStart(ctx context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
+	p, jerr := parseProto(req, false)
+	if jerr != nil {
+		return nil, jerr
+	}
+	if len(p.Envelope) == 0 || p.SessionID != "" || len(p.LastSessionEventID) != 0 {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: `session/start takes {"envelope": <SessionStart envelope>}`}
+	}
+	env, cerr := wire.DecodeEnvelope(p.Envelope)
+	if cerr != nil {
+		e := macpRPCError(cerr)
+		e.Code = jsonrpc.CodeInvalidParams
+		return nil, e
+	}
+	if env.GetMessageType() != coord.TypeSessionStart {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "session/start takes a SessionStart envelope (got message_type " + env.GetMessageType() + "); use macp/send"}
+	}
+	if pc.sink == nil {
+		return pc.attachHere(req, "", 0, nil) // the error naming the missing stream
+	}
+	ack := pc.s.rt.Send(ctx, pc.id, env)
+	b, err := wire.Compact(ack)
+	if err != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the ack could not be encoded"}
+	}
+	res := map[string]any{"sessionId": env.GetSessionId(), "ack": json.RawMessage(b)}
+	if !ack.GetOk() {
+		return res, nil // nothing to attach to; the ack says why
+	}
+	return pc.attachHere(req, env.GetSessionId(), 0, func(bool, uint64) any { return res })
+}
+
+func (pc *protoConn) sessionResume(ctx context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
+	p, jerr := parseProto(req, true)
+	if jerr != nil {
+		return nil, jerr
+	}
+	if len(p.Envelope) != 0 {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: `session/resume takes {"sessionId", "lastSessionEventId"}`}
+	}
+	after, jerr := lastEventID(p.LastSessionEventID)
+	if jerr != nil {
+		return nil, jerr
+	}
+	// Refuse unknown sessions and non-observers before superseding anything.
+	if _, cerr := pc.s.rt.GetSession(ctx, pc.id, p.SessionID); cerr != nil {
+		return nil, macpRPCError(cerr)
+	}
+	return pc.attachHere(req, p.SessionID, after, func(catchup bool, from uint64) any {
+		return map[string]any{"resumed": true, "catchup": catchup, "sessionId": p.SessionID, "sessionEventId": from}
+	})
+}
+
+func (pc *protoConn) sessionEnd(ctx context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
+	p, jerr := parseProto(req, true)
+	if jerr != nil {
+		return nil, jerr
+	}
+	pc.mu.Lock()
+	a := pc.att[p.SessionID]
+	pc.mu.Unlock()
+	if a != nil {
+		a.cancel()
+		<-a.done // nothing for this session after the response
+	}
+	cancelled := pc.s.endSession(ctx, pc.id, p.SessionID)
+	return map[string]any{"sessionId": p.SessionID, "ended": true, "wasAttached": a != nil, "cancelled": cancelled}, nil
+}
+
+// detachAll ends every attachment of the carrier.
+func (pc *protoConn) detachAll() {
+	pc.mu.Lock()
+	list := make([]*attachment, 0, len(pc.att))
+	for _, a := range pc.att {
+		list = append(list, a)
+	}
+	pc.mu.Unlock()
+	for _, a := range list {
+		a.cancel()
+		<-a.done
+	}
+}

@@ -1,0 +1,291 @@
+package sdk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// ResumeEventKind tells what a [ResumeEvent] carries.
+type ResumeEventKind int
+
+const (
+	// KindEnvelope: an accepted envelope (Seq, Envelope).
+	KindEnvelope ResumeEventKind = iota + 1
+	// KindSession: the session's latest metadata (coalesced; Metadata).
+	KindSession
+	// KindCatchupLost: a resume answered catchup: false. The envelopes
+	// after the previous Seq up to this event's Seq were not replayed
+	// (they were outside the runtime's replay window); rehydrate, e.g.
+	// with Client.GetSession, and continue: the next envelope is Seq+1.
+	KindCatchupLost
+)
+
+// ResumeEvent is one item of a [ResumeStream].
+type ResumeEvent struct {
+	Kind     ResumeEventKind
+	Seq      uint64 // the sessionEventId
+	Envelope *macpv1.Envelope
+	Metadata *macpv1.SessionMetadata
+}
+
+// ErrSuperseded is returned by [ResumeStream.Next] when the same caller
+// attached to the session on another connection (one active attachment
+// per caller and session); the stream does not reconnect.
+var ErrSuperseded = errors.New("macp: superseded by another attachment of the same caller")
+
+// ResumeStream follows one session in protocol mode (session/resume over
+// the WebSocket endpoint /macp/ws, docs/resume.md "Protocol mode"). After
+// a disconnect it reconnects with backoff and resumes from the last
+// sessionEventId it returned, so the application sees one gap-free
+// sequence of envelopes; when the runtime answers catchup: false it says
+// so with a [KindCatchupLost] event instead of hiding the gap. Next must
+// not be called concurrently; Last and Close may be called from anywhere.
+type ResumeStream struct {
+	url, token, sid string
+	hc              *http.Client
+	o               subscribeOptions
+	ctx             context.Context
+	cancel          context.CancelFunc
+
+	conn       *websocket.Conn
+	last       atomic.Uint64
+	reconnects atomic.Int64
+	failures   int
+	lastErr    error
+	queued     *ResumeEvent
+}
+
+// ResumeOption configures [DialResume].
+type ResumeOption func(*ResumeStream)
+
+// WithResumeHTTPClient sets the HTTP client used for the WebSocket
+// handshake (TLS settings, dialer).
+func WithResumeHTTPClient(hc *http.Client) ResumeOption { return func(s *ResumeStream) { s.hc = hc } }
+
+// WithResumeSubscribeOptions applies the reconnect settings of
+// [Client.Subscribe] (WithReconnectBackoff, WithMaxReconnects,
+// WithReconnectHook).
+func WithResumeSubscribeOptions(opts ...SubscribeOption) ResumeOption {
+	return func(s *ResumeStream) {
+		for _, o := range opts {
+			o(&s.o)
+		}
+	}
+}
+
+// DialResume follows session sessionID at wsURL (ws://host:port/macp/ws)
+// as the bearer token's identity, from after lastSessionEventID (0: from
+// the SessionStart). It connects lazily, on the first Next.
+func DialResume(ctx context.Context, wsURL, token, sessionID string, lastSessionEventID uint64, opts ...ResumeOption) *ResumeStream {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &ResumeStream{url: wsURL, token: token, sid: sessionID, ctx: ctx, cancel: cancel,
+		o: subscribeOptions{base: 100 * time.Millisecond, max: 5 * time.Second}}
+	s.last.Store(lastSessionEventID)
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Last is the sessionEventId of the last envelope returned (or the
+// resume point of a KindCatchupLost event).
+func (s *ResumeStream) Last() uint64 { return s.last.Load() }
+
+// Reconnects counts the resumes after the first attachment.
+func (s *ResumeStream) Reconnects() int { return int(s.reconnects.Load()) }
+
+// Close ends the stream.
+func (s *ResumeStream) Close() {
+	s.cancel()
+	if s.conn != nil {
+		_ = s.conn.CloseNow()
+	}
+}
+
+type rpcFrame struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+	Result json.RawMessage `json:"result"`
+	Error  *struct {
+		Code    int             `json:"code"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data"`
+	} `json:"error"`
+}
+
+func (f *rpcFrame) err() error {
+	if len(f.Error.Data) > 0 {
+		me := &macpv1.MACPError{}
+		if protojson.Unmarshal(f.Error.Data, me) == nil && me.Code != "" {
+			return fromMACPError(me, nil)
+		}
+	}
+	return fmt.Errorf("macp: JSON-RPC error %d: %s", f.Error.Code, f.Error.Message)
+}
+
+// connect opens a connection and resumes; a refusal (a MACP error) is
+// final, anything else is retried by Next.
+func (s *ResumeStream) connect() (final error, retry error) {
+	hdr := http.Header{}
+	if s.token != "" {
+		hdr.Set("Authorization", "Bearer "+s.token)
+	}
+	c, _, err := websocket.Dial(s.ctx, s.url, &websocket.DialOptions{HTTPHeader: hdr, HTTPClient: s.hc})
+	if err != nil {
+		return nil, err
+	}
+	c.SetReadLimit(8 << 20)
+	req, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "session/resume",
+		"params": map[string]any{"sessionId": s.sid, "lastSessionEventId": s.last.Load()}})
+	if err := c.Write(s.ctx, websocket.MessageText, req); err != nil {
+		_ = c.CloseNow()
+		return nil, err
+	}
+	_, b, err := c.Read(s.ctx)
+	if err != nil {
+		_ = c.CloseNow()
+		return nil, err
+	}
+	var f rpcFrame
+	if err := json.Unmarshal(b, &f); err != nil || string(f.ID) != "1" {
+		_ = c.CloseNow()
+		return fmt.Errorf("macp: unexpected answer to session/resume: %s", b), nil
+	}
+	if f.Error != nil {
+		_ = c.CloseNow()
+		return f.err(), nil
+	}
+	var r struct {
+		Catchup        bool   `json:"catchup"`
+		SessionEventID uint64 `json:"sessionEventId"`
+	}
+	if err := json.Unmarshal(f.Result, &r); err != nil {
+		_ = c.CloseNow()
+		return fmt.Errorf("macp: session/resume result %s: %v", f.Result, err), nil
+	}
+	if !r.Catchup {
+		s.last.Store(r.SessionEventID)
+		s.queued = &ResumeEvent{Kind: KindCatchupLost, Seq: r.SessionEventID}
+	}
+	s.conn = c
+	return nil, nil
+}
+
+// Next returns the next event; io.EOF once the session has ended and
+// everything was delivered. It reconnects by itself after transport
+// failures (with backoff; WithMaxReconnects bounds the attempts).
+func (s *ResumeStream) Next() (ResumeEvent, error) {
+	for {
+		if err := s.ctx.Err(); err != nil {
+			return ResumeEvent{}, err
+		}
+		if s.conn == nil {
+			if s.failures > 0 {
+				if s.o.maxAttempts > 0 && s.failures > s.o.maxAttempts {
+					return ResumeEvent{}, s.lastErr
+				}
+				if s.o.onReconnect != nil {
+					s.o.onReconnect(s.failures, s.lastErr)
+				}
+				d := s.o.base << min(s.failures-1, 20)
+				if d > s.o.max || d <= 0 {
+					d = s.o.max
+				}
+				d = d/2 + rand.N(d/2+1)
+				select {
+				case <-time.After(d):
+				case <-s.ctx.Done():
+					return ResumeEvent{}, s.ctx.Err()
+				}
+			}
+			final, retry := s.connect()
+			if final != nil {
+				return ResumeEvent{}, final
+			}
+			if retry != nil {
+				s.failures++
+				s.lastErr = retry
+				continue
+			}
+			if s.lastErr != nil {
+				s.reconnects.Add(1)
+			}
+			s.failures = 0
+		}
+		if q := s.queued; q != nil {
+			s.queued = nil
+			return *q, nil
+		}
+		_, b, err := s.conn.Read(s.ctx)
+		if err != nil {
+			_ = s.conn.CloseNow()
+			s.conn = nil
+			s.failures = 1
+			s.lastErr = err
+			continue
+		}
+		var f rpcFrame
+		if err := json.Unmarshal(b, &f); err != nil {
+			return ResumeEvent{}, fmt.Errorf("macp: not JSON-RPC: %s", b)
+		}
+		var p struct {
+			SessionID      string          `json:"sessionId"`
+			SessionEventID uint64          `json:"sessionEventId"`
+			Envelope       json.RawMessage `json:"envelope"`
+			Metadata       json.RawMessage `json:"metadata"`
+			Error          json.RawMessage `json:"error"`
+		}
+		if f.Method == "" || json.Unmarshal(f.Params, &p) != nil || p.SessionID != s.sid {
+			continue // not for this stream
+		}
+		switch f.Method {
+		case "notifications/macp/envelope":
+			if p.SessionEventID <= s.last.Load() {
+				continue // never twice
+			}
+			env := &macpv1.Envelope{}
+			if err := protojson.Unmarshal(p.Envelope, env); err != nil {
+				return ResumeEvent{}, fmt.Errorf("macp: envelope %d: %v", p.SessionEventID, err)
+			}
+			s.last.Store(p.SessionEventID)
+			return ResumeEvent{Kind: KindEnvelope, Seq: p.SessionEventID, Envelope: env}, nil
+		case "notifications/macp/session":
+			md := &macpv1.SessionMetadata{}
+			if err := protojson.Unmarshal(p.Metadata, md); err != nil {
+				return ResumeEvent{}, fmt.Errorf("macp: session metadata: %v", err)
+			}
+			return ResumeEvent{Kind: KindSession, Seq: s.last.Load(), Metadata: md}, nil
+		case "notifications/macp/end":
+			s.Close()
+			return ResumeEvent{}, io.EOF
+		case "notifications/macp/detached":
+			s.Close()
+			return ResumeEvent{}, ErrSuperseded
+		case "notifications/macp/error":
+			me := &macpv1.MACPError{}
+			if protojson.Unmarshal(p.Error, me) == nil && me.Code != "" {
+				e := fromMACPError(me, nil)
+				if !Code(me.Code).Retryable() {
+					s.Close()
+					return ResumeEvent{}, e
+				}
+				s.lastErr = e
+			}
+			_ = s.conn.CloseNow()
+			s.conn = nil
+			s.failures = 1
+		}
+	}
+}
