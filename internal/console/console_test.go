@@ -259,6 +259,13 @@ func TestConsoleInChromium(t *testing.T) {
 	sent = append(sent, "m-commit")
 	wait("RESOLVED in the session view", `document.getElementById("page-session").dataset.state === "RESOLVED" && window.macpConsole.lastSeq === 6`)
 	wait("the commitment in the trail", `!!document.getElementById("trail-commitment")`)
+	// The trail tallies each kind of answer apart (an Evaluation is not a
+	// vote).
+	var tally string
+	eval(`document.querySelector('.trail-item[data-subject="p1"] .tally')?.textContent ?? ""`, &tally)
+	if want := "Evaluations: APPROVE 1 · Votes: APPROVE 2"; tally != want {
+		t.Fatalf("decision trail tally %q, want %q", tally, want)
+	}
 
 	var got struct {
 		Rows []struct {

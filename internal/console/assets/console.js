@@ -257,7 +257,19 @@
   // commitment. Field names are those of the standard modes' payloads.
   const SUBJECT = ["proposal_id", "task_id", "handoff_id", "request_id"];
   const FIELDS = ["option", "title", "summary", "vote", "recommendation", "confidence", "severity", "reason", "rationale", "status", "progress", "output", "error", "target_participant", "scope", "action", "outcome_positive", "authority_scope"];
-  const TALLY = ["vote", "recommendation"];
+  // Tallies are kept per kind of answer, never mixed: a Decision Vote and
+  // an Evaluation's recommendation are different questions, and a Quorum
+  // ballot is its message type.
+  function tallyKey(r) {
+    const p = r.payload || {};
+    if (r.type === "Vote" && p.vote) return ["Votes", String(p.vote)];
+    if (r.type === "Evaluation" && p.recommendation) return ["Evaluations", String(p.recommendation)];
+    if (["Approve", "Reject", "Abstain"].includes(r.type) && p.request_id !== undefined) return ["Ballots", r.type.toUpperCase()];
+    return null;
+  }
+  function tallyText(tallies) {
+    return [...tallies].map(([kind, m]) => kind + ": " + [...m].map(([k, n]) => k + " " + n).join(", ")).join(" · ");
+  }
   const short = (v) => { const s = typeof v === "object" ? JSON.stringify(v) : String(v); return s.length > 80 ? s.slice(0, 77) + "…" : s; };
   function summary(p) {
     if (!p || typeof p !== "object") return "";
@@ -283,11 +295,15 @@
       const tally = new Map();
       for (const r of rs) {
         ul.append(el("li", r.sender + " · " + r.type + (summary(r.payload) ? " · " + summary(r.payload) : "")));
-        for (const k of TALLY) if (r.payload && r.payload[k]) tally.set(r.payload[k], (tally.get(r.payload[k]) || 0) + 1);
+        const tk = tallyKey(r);
+        if (tk) {
+          if (!tally.has(tk[0])) tally.set(tk[0], new Map());
+          const m = tally.get(tk[0]); m.set(tk[1], (m.get(tk[1]) || 0) + 1);
+        }
         if (["Reject", "Objection", "TaskFail", "HandoffDecline"].includes(r.type)) d.classList.add("neg");
       }
       d.append(ul);
-      if (tally.size) d.append(el("div", "Tally: " + [...tally].map(([k, n]) => k + " " + n).join(", "), "tally"));
+      if (tally.size) d.append(el("div", tallyText(tally), "tally"));
       out.push(d);
     }
     for (const r of loose) out.push(el("div", r.sender + " · " + r.type + (summary(r.payload) ? " · " + summary(r.payload) : ""), "trail-item"));
