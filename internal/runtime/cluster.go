@@ -8,6 +8,7 @@ import (
 	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/internal/store/modereg"
@@ -187,45 +188,86 @@ func (o *owner) storedElsewhere(recs []session.Record) {
 }
 
 // catchUpLater brings o's copy up to the store once its requests in flight
-// are answered: rebuilt by replay if it is broken (it lost a conflict),
-// else extended with the stored records it lacks; followers are woken.
+// are answered (catchUp), on its own goroutine: the feed never waits for a
+// session. A catch-up that fails (the store unreachable for a moment) is
+// tried again until it succeeds or the runtime stops, so a copy never
+// stays behind waiting for the session's next record.
 func (r *Runtime) catchUpLater(o *owner) {
 	go func() {
-		time.Sleep(5 * time.Millisecond)
-		if r.closing.Load() {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		if o.sess == nil {
-			return
-		}
-		if err := o.waitIdle(ctx); err != nil {
-			return
-		}
-		if o.broken.Load() == o.epoch+1 {
-			before := o.sess.Status
-			if err := r.heal(ctx, o); err != nil {
-				r.log.Warn("catching up with the shared store failed", "session_id", o.id, "err", err)
+		for pause := 5 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+			time.Sleep(pause)
+			if r.closing.Load() {
 				return
 			}
-			if before == session.Open && o.sess.Status.Terminal() {
-				r.closedOpen(o)
-				r.Lifecycle.Publish(r.terminalEvent(o.sess, r.nowMs()))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			o.mu.Lock()
+			err := r.catchUp(ctx, o)
+			o.mu.Unlock()
+			cancel()
+			if err == nil {
+				return
 			}
-			return
+			r.log.Warn("catching up with the shared store failed; retrying", "session_id", o.id, "err", err)
 		}
+	}()
+}
+
+// catchUp brings o's copy up to the store (o.mu held) once its requests
+// in flight are answered: rebuilt by replay if it is broken (it lost a
+// conflict), else extended with the stored records it lacks; followers
+// get those records through the tail (or, after a rebuild, the store).
+func (r *Runtime) catchUp(ctx context.Context, o *owner) error {
+	if o.sess == nil {
+		return nil // forgotten meanwhile
+	}
+	if err := o.waitIdle(ctx); err != nil {
+		return err
+	}
+	if o.broken.Load() != o.epoch+1 {
 		var recs []session.Record
-		if err := r.store.Read(ctx, o.id, o.sess.Seq+1, func(rec session.Record) error {
+		err := r.store.Read(ctx, o.id, o.sess.Seq+1, func(rec session.Record) error {
 			recs = append(recs, rec)
 			return nil
-		}); err != nil || len(recs) == 0 {
-			return
+		})
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
 		}
-		r.applyLocked(o, recs)
-	}()
+		if len(recs) == 0 || r.applyLocked(o, recs) {
+			return nil
+		}
+		// A record did not apply: applyLocked marked the copy broken.
+	}
+	before := o.sess.Status
+	if err := r.heal(ctx, o); err != nil {
+		return err
+	}
+	if before == session.Open && o.sess.Status.Terminal() {
+		r.closedOpen(o)
+		r.Lifecycle.Publish(r.terminalEvent(o.sess, r.nowMs()))
+	}
+	return nil
+}
+
+// followShared runs before a follower starts (Follow): with a shared
+// store, a client may resume after a sequence number this node's copy has
+// not reached yet (it received records through another node, and this
+// node's feed lags). Follow decides where to start from the copy's last
+// durable record, so the copy is first caught up with the store; else a
+// resume after 26 on a copy that ends at 12 would start after 12 and hand
+// the client 13..26 a second time. Without a shared store, or when the
+// copy already reaches after, it costs nothing.
+func (r *Runtime) followShared(ctx context.Context, o *owner, after uint64) *coord.Error {
+	if !r.shared.Load() || o.durable() >= after {
+		return nil
+	}
+	o.mu.Lock()
+	err := r.catchUp(ctx, o)
+	o.mu.Unlock()
+	if err != nil {
+		r.log.Warn("catching up with the shared store before following failed", "session_id", o.id, "err", err)
+		return coord.Errorf(coord.CodeInternalError, "session %s is unavailable", o.id)
+	}
+	return nil
 }
 
 // ReloadRegistries reads the extension-mode and policy registrations from

@@ -378,6 +378,9 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 	}
 	// last and terminal are read together, while everything decided is
 	// durable: a terminal session's last record is its terminal record.
+	if err := r.followShared(ctx, o, after); err != nil { // cluster.go
+		return err
+	}
 	var (
 		allowed, terminal bool
 		last              uint64
