@@ -87,7 +87,7 @@ type Cluster struct {
 func RunCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t, name: fmt.Sprintf("c%d", time.Now().UnixNano()%1_000_000)}
-	clientPorts, routePorts := freePorts(t, n), freePorts(t, n)
+	clientPorts, routePorts := FreePorts(t, n), FreePorts(t, n)
 	var routes []string
 	for _, p := range routePorts {
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
@@ -116,8 +116,10 @@ func RunCluster(t testing.TB, n int) *Cluster {
 	return c
 }
 
-// freePorts reserves n ephemeral loopback ports (listen, note, close).
-func freePorts(t testing.TB, n int) []int {
+// FreePorts picks n ephemeral loopback ports (listen, note, close), for
+// servers that need their addresses before they start (routes) or must
+// keep them across restarts.
+func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
 	var ports []int
 	var ls []net.Listener
