@@ -66,6 +66,17 @@ func Run(t testing.TB) *Server {
 	return s
 }
 
+// RunWith starts one JetStream server with options changed by edit (for
+// example users and permissions) and stops it when the test ends.
+func RunWith(t testing.TB, edit func(*server.Options)) *Server {
+	t.Helper()
+	opts := options("single", t.TempDir())
+	edit(opts)
+	s := start(t, opts)
+	t.Cleanup(s.Stop)
+	return s
+}
+
 // Stop shuts the server down and waits for it.
 func (s *Server) Stop() {
 	s.Shutdown()
