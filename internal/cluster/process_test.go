@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -197,7 +198,7 @@ func TestProcessKill9(t *testing.T) {
 		if res.err != nil {
 			t.Fatalf("follower of %s: %v", sid, res.err)
 		}
-		if !slicesEqual(res.ids, ids) {
+		if !slices.Equal(res.ids, ids) {
 			t.Fatalf("follower of %s received %d envelopes, history has %d:\nfollowed %v\nhistory  %v", sid, len(res.ids), len(ids), res.ids, ids)
 		}
 		if si < min(rounds, 3) && res.resumes < 2 {
@@ -216,18 +217,6 @@ func closed(ch <-chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-func slicesEqual(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 type binaries struct{ macpd, nats string }
