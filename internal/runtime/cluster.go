@@ -351,17 +351,38 @@ func (r *Runtime) staleCopy(ctx context.Context, o *owner, seen uint64) bool {
 
 // healedShared runs after heal rebuilt o from a shared store (o.mu held):
 // the rebuilt copy may end with records other nodes stored, which never
-// went through this node's tail, so the tail restarts at the last record
-// and the followers are woken (those behind it read the store).
-func (r *Runtime) healedShared(ctx context.Context, o *owner) {
-	if !r.shared.Load() || o.sess == nil || o.sess.Seq == 0 {
+// went through this node's tail, so durableSeq is past the tail's end.
+// The tail restarts there, holding nothing (restartAt), and the followers
+// are woken: one whose next record is at or below the new end finds no
+// slot for it and reads the store up to durableSeq, then waits for the
+// next record, which continues the restarted tail. Nothing is read here,
+// so a rebuild can never leave followers waiting behind durableSeq.
+func (r *Runtime) healedShared(_ context.Context, o *owner) {
+	if !r.shared.Load() {
 		return
 	}
-	var last []session.Record
-	if err := r.store.Read(ctx, o.id, o.sess.Seq, func(rec session.Record) error {
-		last = append(last, rec)
-		return nil
-	}); err == nil && len(last) > 0 && last[0].Seq == o.sess.Seq {
-		o.storedElsewhere(last[:1])
+	o.durableMu.Lock()
+	if o.followers > 0 && o.durableSeq > o.tail.end.Load() {
+		o.tail.restartAt(o.durableSeq)
+	}
+	close(o.durableCh)
+	o.durableCh = make(chan struct{})
+	o.durableMu.Unlock()
+}
+
+// restartAt empties the ring and moves its end to seq (at or beyond the
+// old end) without holding any record; the next append, seq+1, continues
+// it. Followers are poked. Called with owner.durableMu held, like append.
+func (t *followTail) restartAt(seq uint64) {
+	ring := t.ring.Load()
+	if ring == nil {
+		return
+	}
+	t.trim(ring, t.end.Load()+1)
+	t.start = seq + 1
+	t.end.Store(seq)
+	select {
+	case t.notify <- struct{}{}:
+	default:
 	}
 }
