@@ -6,7 +6,9 @@
 #   MACPD_NODES=3 scripts/cluster.sh
 #
 # Ports: NATS clients 51710-51712, NATS routes 51720-51722, macpd gRPC
-# 51730.., admin/metrics 51740... State under ${CLUSTER_DIR:-.macp-cluster}.
+# 51730.. (node 0: $MACPD0_ADDR if set), admin/metrics 51740... Other MACP_*
+# variables in the environment reach every macpd node. State under
+# ${CLUSTER_DIR:-.macp-cluster}.
 # Development only: plaintext and dev identities (MACP_ALLOW_INSECURE=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,11 +51,13 @@ done
 urls="nats://127.0.0.1:51710,nats://127.0.0.1:51711,nats://127.0.0.1:51712"
 sleep 2
 for ((n = 0; n < nodes; n++)); do
+  addr=127.0.0.1:$((51730 + n))
+  if [[ $n == 0 && -n ${MACPD0_ADDR:-} ]]; then addr=$MACPD0_ADDR; fi
   MACP_ALLOW_INSECURE=1 MACP_STORE=nats MACP_NATS_URL=$urls MACP_NATS_REPLICAS=3 \
-    MACP_BIND_ADDR=127.0.0.1:$((51730 + n)) MACP_ADMIN_ADDR=127.0.0.1:$((51740 + n)) \
+    MACP_BIND_ADDR=$addr MACP_ADMIN_ADDR=127.0.0.1:$((51740 + n)) \
     "$dir/bin/macpd" > "$dir/macpd$n.log" 2>&1 &
   pids+=($!)
-  echo "macpd node $n: grpc 127.0.0.1:$((51730 + n)), metrics http://127.0.0.1:$((51740 + n))/metrics, log $dir/macpd$n.log"
+  echo "macpd node $n: grpc $addr, metrics http://127.0.0.1:$((51740 + n))/metrics, log $dir/macpd$n.log"
 done
 echo "NATS servers: $urls (logs $dir/nats*.log)"
 echo "try: MACP_ALLOW_INSECURE=1 go run ./cmd/macpctl watch sessions --addr 127.0.0.1:51731 --agent alice &"

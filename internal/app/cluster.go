@@ -24,6 +24,7 @@ type clusterState struct {
 	node  *cluster.Node
 	bus   bool        // MACP_NATS_BUS
 	bsrv  *bus.Server // the message-bus binding, when on
+	dlv   *bus.Deliverer
 }
 
 // natsOptions turns the MACP_NATS_* credentials and TLS settings into
@@ -104,11 +105,20 @@ func (c *clusterState) start(ctx context.Context, rt *runtime.Runtime, log *slog
 			return fmt.Errorf("message-bus binding (MACP_NATS_BUS): %w", err)
 		}
 		log.Info("message-bus binding: submissions on NATS", "subject", c.ns.Name()+".bus.submit.*")
+		if c.dlv, err = bus.Deliver(c.ns, bus.DeliverOptions{Log: log}); err != nil {
+			c.bsrv.Stop()
+			node.Stop()
+			return fmt.Errorf("message-bus binding (MACP_NATS_BUS): %w", err)
+		}
 	}
 	return nil
 }
 
 func (c *clusterState) stop() {
+	if c.dlv != nil {
+		c.dlv.Stop()
+		c.dlv = nil
+	}
 	if c.bsrv != nil {
 		c.bsrv.Stop()
 		c.bsrv = nil

@@ -1,6 +1,10 @@
 // Package bus is the message-bus binding over NATS subjects (RFC-MACP-0006
 // §6, docs/cluster.md "Message-bus binding"): agents submit envelopes by
-// NATS request and get the Ack back on the reply subject.
+// NATS request and get the Ack back on the reply subject (Serve), and
+// receive accepted records on per-session, per-member subjects published
+// by the holder of the cluster's delivery lease (Deliver, deliver.go);
+// AgentPermissions gives the NATS permissions that confine an agent to
+// its own submissions and the sessions it belongs to.
 //
 // Subject: <name>.bus.submit.<base64url(agent id)>, a request whose body is
 // a protobuf macp.v1.Envelope. Every macpd node with MACP_NATS_BUS=1

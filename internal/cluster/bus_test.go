@@ -15,7 +15,8 @@ import (
 // The message-bus binding on a cluster (RFC-MACP-0006 §6; docs/cluster.md):
 // agents submit over NATS to whichever node the queue group picks; every
 // ok Ack is an envelope in the history, each once, in the order the agent
-// waited for its Acks.
+// waited for its Acks; a member receives the stored records on its member
+// subject in sequence order.
 func TestBusSubmitOnCluster(t *testing.T) {
 	e := newEnvBus(t, 3, 2, true)
 	nc, err := nats.Connect(e.nats.AllURLs())
@@ -37,6 +38,14 @@ func TestBusSubmitOnCluster(t *testing.T) {
 		return ack
 	}
 	sid := newSID()
+	// Alice reads the session on her member subject (the read side).
+	deliveries, err := nc.SubscribeSync(bus.MemberSubject("macp", sid, aliceID.Sender))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	if a := submit(initID.Sender, startEnv(sid, "m0", 60_000)); !a.Ok {
 		t.Fatalf("start: %s", ackString(a))
 	}
@@ -53,6 +62,21 @@ func TestBusSubmitOnCluster(t *testing.T) {
 	for i, r := range recs[1:] {
 		if want := fmt.Sprintf("m%d", i+1); r.Envelope.MessageId != want || r.Envelope.Sender != aliceID.Sender {
 			t.Fatalf("record %d: %s from %s, want %s from %s", i+2, r.Envelope.MessageId, r.Envelope.Sender, want, aliceID.Sender)
+		}
+	}
+	// One node of the two holds the delivery lease and publishes every
+	// stored record once, in order.
+	for i, r := range recs {
+		m, err := deliveries.NextMsg(20 * time.Second)
+		if err != nil {
+			t.Fatalf("delivery %d: %v", i+1, err)
+		}
+		env := &macpv1.Envelope{}
+		if err := proto.Unmarshal(m.Data, env); err != nil {
+			t.Fatal(err)
+		}
+		if seq := m.Header.Get(bus.HeaderSeq); seq != fmt.Sprint(r.Seq) || env.MessageId != r.Envelope.MessageId {
+			t.Fatalf("delivery %d: seq %s %s, want %d %s", i+1, seq, env.MessageId, r.Seq, r.Envelope.MessageId)
 		}
 	}
 }

@@ -66,6 +66,17 @@ func Run(t testing.TB) *Server {
 	return s
 }
 
+// RunWith starts one JetStream server with options changed by edit (for
+// example users and permissions) and stops it when the test ends.
+func RunWith(t testing.TB, edit func(*server.Options)) *Server {
+	t.Helper()
+	opts := options("single", t.TempDir())
+	edit(opts)
+	s := start(t, opts)
+	t.Cleanup(s.Stop)
+	return s
+}
+
 // Stop shuts the server down and waits for it.
 func (s *Server) Stop() {
 	s.Shutdown()
@@ -87,7 +98,7 @@ type Cluster struct {
 func RunCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t, name: fmt.Sprintf("c%d", time.Now().UnixNano()%1_000_000)}
-	clientPorts, routePorts := freePorts(t, n), freePorts(t, n)
+	clientPorts, routePorts := FreePorts(t, n), FreePorts(t, n)
 	var routes []string
 	for _, p := range routePorts {
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
@@ -116,8 +127,10 @@ func RunCluster(t testing.TB, n int) *Cluster {
 	return c
 }
 
-// freePorts reserves n ephemeral loopback ports (listen, note, close).
-func freePorts(t testing.TB, n int) []int {
+// FreePorts picks n ephemeral loopback ports (listen, note, close), for
+// servers that need their addresses before they start (routes) or must
+// keep them across restarts.
+func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
 	var ports []int
 	var ls []net.Listener

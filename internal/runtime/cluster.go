@@ -8,6 +8,7 @@ import (
 	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/internal/store/modereg"
@@ -187,45 +188,86 @@ func (o *owner) storedElsewhere(recs []session.Record) {
 }
 
 // catchUpLater brings o's copy up to the store once its requests in flight
-// are answered: rebuilt by replay if it is broken (it lost a conflict),
-// else extended with the stored records it lacks; followers are woken.
+// are answered (catchUp), on its own goroutine: the feed never waits for a
+// session. A catch-up that fails (the store unreachable for a moment) is
+// tried again until it succeeds or the runtime stops, so a copy never
+// stays behind waiting for the session's next record.
 func (r *Runtime) catchUpLater(o *owner) {
 	go func() {
-		time.Sleep(5 * time.Millisecond)
-		if r.closing.Load() {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		if o.sess == nil {
-			return
-		}
-		if err := o.waitIdle(ctx); err != nil {
-			return
-		}
-		if o.broken.Load() == o.epoch+1 {
-			before := o.sess.Status
-			if err := r.heal(ctx, o); err != nil {
-				r.log.Warn("catching up with the shared store failed", "session_id", o.id, "err", err)
+		for pause := 5 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+			time.Sleep(pause)
+			if r.closing.Load() {
 				return
 			}
-			if before == session.Open && o.sess.Status.Terminal() {
-				r.closedOpen(o)
-				r.Lifecycle.Publish(r.terminalEvent(o.sess, r.nowMs()))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			o.mu.Lock()
+			err := r.catchUp(ctx, o)
+			o.mu.Unlock()
+			cancel()
+			if err == nil {
+				return
 			}
-			return
+			r.log.Warn("catching up with the shared store failed; retrying", "session_id", o.id, "err", err)
 		}
+	}()
+}
+
+// catchUp brings o's copy up to the store (o.mu held) once its requests
+// in flight are answered: rebuilt by replay if it is broken (it lost a
+// conflict), else extended with the stored records it lacks; followers
+// get those records through the tail (or, after a rebuild, the store).
+func (r *Runtime) catchUp(ctx context.Context, o *owner) error {
+	if o.sess == nil {
+		return nil // forgotten meanwhile
+	}
+	if err := o.waitIdle(ctx); err != nil {
+		return err
+	}
+	if o.broken.Load() != o.epoch+1 {
 		var recs []session.Record
-		if err := r.store.Read(ctx, o.id, o.sess.Seq+1, func(rec session.Record) error {
+		err := r.store.Read(ctx, o.id, o.sess.Seq+1, func(rec session.Record) error {
 			recs = append(recs, rec)
 			return nil
-		}); err != nil || len(recs) == 0 {
-			return
+		})
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
 		}
-		r.applyLocked(o, recs)
-	}()
+		if len(recs) == 0 || r.applyLocked(o, recs) {
+			return nil
+		}
+		// A record did not apply: applyLocked marked the copy broken.
+	}
+	before := o.sess.Status
+	if err := r.heal(ctx, o); err != nil {
+		return err
+	}
+	if before == session.Open && o.sess.Status.Terminal() {
+		r.closedOpen(o)
+		r.Lifecycle.Publish(r.terminalEvent(o.sess, r.nowMs()))
+	}
+	return nil
+}
+
+// followShared runs before a follower starts (Follow): with a shared
+// store, a client may resume after a sequence number this node's copy has
+// not reached yet (it received records through another node, and this
+// node's feed lags). Follow decides where to start from the copy's last
+// durable record, so the copy is first caught up with the store; else a
+// resume after 26 on a copy that ends at 12 would start after 12 and hand
+// the client 13..26 a second time. Without a shared store, or when the
+// copy already reaches after, it costs nothing.
+func (r *Runtime) followShared(ctx context.Context, o *owner, after uint64) *coord.Error {
+	if !r.shared.Load() || o.durable() >= after {
+		return nil
+	}
+	o.mu.Lock()
+	err := r.catchUp(ctx, o)
+	o.mu.Unlock()
+	if err != nil {
+		r.log.Warn("catching up with the shared store before following failed", "session_id", o.id, "err", err)
+		return coord.Errorf(coord.CodeInternalError, "session %s is unavailable", o.id)
+	}
+	return nil
 }
 
 // ReloadRegistries reads the extension-mode and policy registrations from
@@ -309,17 +351,38 @@ func (r *Runtime) staleCopy(ctx context.Context, o *owner, seen uint64) bool {
 
 // healedShared runs after heal rebuilt o from a shared store (o.mu held):
 // the rebuilt copy may end with records other nodes stored, which never
-// went through this node's tail, so the tail restarts at the last record
-// and the followers are woken (those behind it read the store).
-func (r *Runtime) healedShared(ctx context.Context, o *owner) {
-	if !r.shared.Load() || o.sess == nil || o.sess.Seq == 0 {
+// went through this node's tail, so durableSeq is past the tail's end.
+// The tail restarts there, holding nothing (restartAt), and the followers
+// are woken: one whose next record is at or below the new end finds no
+// slot for it and reads the store up to durableSeq, then waits for the
+// next record, which continues the restarted tail. Nothing is read here,
+// so a rebuild can never leave followers waiting behind durableSeq.
+func (r *Runtime) healedShared(_ context.Context, o *owner) {
+	if !r.shared.Load() {
 		return
 	}
-	var last []session.Record
-	if err := r.store.Read(ctx, o.id, o.sess.Seq, func(rec session.Record) error {
-		last = append(last, rec)
-		return nil
-	}); err == nil && len(last) > 0 && last[0].Seq == o.sess.Seq {
-		o.storedElsewhere(last[:1])
+	o.durableMu.Lock()
+	if o.followers > 0 && o.durableSeq > o.tail.end.Load() {
+		o.tail.restartAt(o.durableSeq)
+	}
+	close(o.durableCh)
+	o.durableCh = make(chan struct{})
+	o.durableMu.Unlock()
+}
+
+// restartAt empties the ring and moves its end to seq (at or beyond the
+// old end) without holding any record; the next append, seq+1, continues
+// it. Followers are poked. Called with owner.durableMu held, like append.
+func (t *followTail) restartAt(seq uint64) {
+	ring := t.ring.Load()
+	if ring == nil {
+		return
+	}
+	t.trim(ring, t.end.Load()+1)
+	t.start = seq + 1
+	t.end.Store(seq)
+	select {
+	case t.notify <- struct{}{}:
+	default:
 	}
 }

@@ -376,6 +376,9 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 	if cerr != nil {
 		return cerr
 	}
+	if err := r.followShared(ctx, o, after); err != nil { // cluster.go
+		return err
+	}
 	// last and terminal are read together, while everything decided is
 	// durable: a terminal session's last record is its terminal record.
 	var (

@@ -210,6 +210,9 @@ func (s *Store) JetStream() jetstream.JetStream { return s.js }
 // Name returns the prefix of the store's stream, bucket and subjects.
 func (s *Store) Name() string { return s.opts.Name }
 
+// Replicas returns the replicas of the stream and buckets macpd creates.
+func (s *Store) Replicas() int { return s.opts.Replicas }
+
 // StreamName is the history stream's name.
 func (s *Store) StreamName() string { return s.opts.Name + "_history" }
 
