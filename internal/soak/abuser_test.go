@@ -42,12 +42,22 @@ const (
 	envAbuserAddr = "MACPD_SOAK_ABUSER_ADDR"
 	envAbuserCA   = "MACPD_SOAK_ABUSER_CA"
 	abuserStarted = "SOAK-ABUSER-STARTED"
+	abuserSeenAll = "SOAK-ABUSER-SEEN-ALL"
 	abuserTally   = "SOAK-ABUSER-TALLY "
 )
 
+// abuseAnswers are the answers the flood must have drawn (each at least
+// once) before the well-behaved client is measured under it: every kind
+// of abuse is under way and being refused by its limit. The abuser
+// process has one CPU on a machine that may be busy, so how long that
+// takes is not fixed; the test waits for it (bounded) rather than for a
+// fixed time.
+var abuseAnswers = []string{"rate limited", "stream limit", "RESOURCE_EXHAUSTED", "UNAUTHENTICATED", "malformed refused"}
+
 // startAbuser starts the abuser process against addr (TLS verified with
-// the CA certificate at caPath) once its flood is under way; the returned
-// function stops it and returns what it got back.
+// the CA certificate at caPath) and returns once every kind of abuse in
+// abuseAnswers has been answered by its limit; the returned function stops
+// it and returns what it got back.
 func startAbuser(t *testing.T, addr, caPath string) func() tally {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestSoakAbuserProcess$", "-test.count=1", "-test.v")
@@ -73,8 +83,8 @@ func startAbuser(t *testing.T, addr, caPath string) func() tally {
 		}
 		close(lines)
 	}()
-	wait := func(prefix string) (string, bool) {
-		timeout := time.After(30 * time.Second)
+	wait := func(prefix string, within time.Duration) (string, bool) {
+		timeout := time.After(within)
 		for {
 			select {
 			case l, ok := <-lines:
@@ -89,14 +99,19 @@ func startAbuser(t *testing.T, addr, caPath string) func() tally {
 			}
 		}
 	}
-	if _, ok := wait(abuserStarted); !ok {
+	if _, ok := wait(abuserStarted, 30*time.Second); !ok {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		t.Fatalf("abuser process did not start: %s", stderr.String())
 	}
+	if _, ok := wait(abuserSeenAll, 2*time.Minute); !ok {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("the flood did not draw every limit's answer (%v) within 2 minutes: %s", abuseAnswers, stderr.String())
+	}
 	return func() tally {
 		stdin.Close()
-		out, ok := wait(abuserTally)
+		out, ok := wait(abuserTally, 30*time.Second)
 		if err := cmd.Wait(); err != nil || !ok {
 			t.Fatalf("abuser process: %v %s", err, stderr.String())
 		}
@@ -132,6 +147,12 @@ func TestSoakAbuserProcess(t *testing.T) {
 	}
 	stop := ab.start()
 	fmt.Println(abuserStarted)
+	go func() {
+		for !ab.seenAll() {
+			time.Sleep(20 * time.Millisecond) // polls its own counters
+		}
+		fmt.Println(abuserSeenAll)
+	}()
 	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent closes it
 	b, _ := json.Marshal(stop())
 	fmt.Println(abuserTally + string(b))
@@ -161,6 +182,18 @@ func (c tally) String() string {
 		fmt.Fprintf(&b, "%s=%d ", k, c[k])
 	}
 	return b.String()
+}
+
+// seenAll reports whether every answer in abuseAnswers has come back.
+func (ab *abuser) seenAll() bool {
+	ab.mu.Lock()
+	defer ab.mu.Unlock()
+	for _, k := range abuseAnswers {
+		if ab.counts[k] == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (ab *abuser) count(k string) {
