@@ -23,7 +23,7 @@ func TestCloseDuringStalledAppend(t *testing.T) {
 	first := sendAsync(r, ctx, aliceID, proposalEnv(sid, "m2"))
 	waitEntered(t, stall)
 	queued := sendAsync(r, ctx, bobID, proposalEnv(sid, "m3"))
-	eventually(t, 2*time.Second, "m3 queued", func() bool { return len(r.commits) == 1 })
+	eventually(t, 2*time.Second, "m3 queued", func() bool { return len(r.commit.queue) == 1 })
 
 	closed := make(chan struct{})
 	go func() { r.Close(); close(closed) }()

@@ -237,7 +237,7 @@ func TestStaleFailureDoesNotDisableHealing(t *testing.T) {
 	a := sendAsync(r, ctx, aliceID, proposalEnv(sid, "m2"))
 	waitEntered(t, f1)
 	b := sendAsync(r, ctx, bobID, proposalEnv(sid, "m3")) // seq 4, on top of m2
-	eventually(t, 2*time.Second, "m3 queued", func() bool { return len(r.commits) == 1 })
+	eventually(t, 2*time.Second, "m3 queued", func() bool { return len(r.commit.queue) == 1 })
 	f1.release()
 	wantCode(t, recv(t, a, "m2 ack"), coord.CodeInternalError)
 
@@ -245,7 +245,7 @@ func TestStaleFailureDoesNotDisableHealing(t *testing.T) {
 	// is left out of the append) may still be in flight.
 	c := sendAsync(r, ctx, aliceID, proposalEnv(sid, "m4"))
 	deadline := time.Now().Add(200 * time.Millisecond)
-	for len(r.commits) == 0 && time.Now().Before(deadline) {
+	for len(r.commit.queue) == 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 	f2.release()
@@ -489,9 +489,9 @@ func TestDoomedRecordsDoNotFailOtherSessions(t *testing.T) {
 	first := sendAsync(r, ctx, aliceID, proposalEnv(a, "a2"))
 	waitEntered(t, stall)
 	doomed := sendAsync(r, ctx, aliceID, proposalEnv(a, "a3")) // seq 4, on top of a2
-	eventually(t, 2*time.Second, "a3 queued", func() bool { return len(r.commits) == 1 })
+	eventually(t, 2*time.Second, "a3 queued", func() bool { return len(r.commit.queue) == 1 })
 	other := sendAsync(r, ctx, aliceID, proposalEnv(b, "b2"))
-	eventually(t, 2*time.Second, "b2 queued", func() bool { return len(r.commits) == 2 })
+	eventually(t, 2*time.Second, "b2 queued", func() bool { return len(r.commit.queue) == 2 })
 	stall.release()
 
 	wantCode(t, recv(t, first, "a2 ack"), coord.CodeInternalError)

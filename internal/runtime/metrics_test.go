@@ -102,7 +102,7 @@ func TestMetricsCommitGroups(t *testing.T) {
 		sendAsync(r, ctx, initID, proposalEnv(sid, "m4")),
 		sendAsync(r, ctx, initID, startEnv(s2, "s2-0", 60_000)),
 		sendAsync(r, ctx, initID, startEnv(s3, "s3-0", 60_000)))
-	eventually(t, 5*time.Second, "four requests queued", func() bool { return len(r.commits) == 4 })
+	eventually(t, 5*time.Second, "four requests queued", func() bool { return len(r.commit.queue) == 4 })
 	stall.release()
 	for _, ch := range acks {
 		if a := recv(t, ch, "ack"); !a.Ok {

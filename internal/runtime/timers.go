@@ -2,8 +2,11 @@ package runtime
 
 import (
 	"container/heap"
+	"context"
 	"sync"
 	"time"
+
+	"github.com/macpd/macpd/internal/session"
 )
 
 // timerLoop fires session deadlines on time from a min-heap: one goroutine,
@@ -99,5 +102,60 @@ func (t *timerLoop) run(stop <-chan struct{}) {
 		case <-t.wake:
 		case <-timer.C:
 		}
+	}
+}
+
+// expiryRetry is how soon a deadline is retried when its expiry could not
+// be stored (or the session could not be rebuilt to write it).
+const expiryRetry = 250 * time.Millisecond
+
+// expireByTimer is called by the timer loop when a deadline passes. The
+// expiry runs off the timer goroutine, so a session whose lock is held or
+// that must first be rebuilt (waiting for its appends) does not delay
+// other deadlines. Close waits for it.
+func (r *Runtime) expireByTimer(id string) {
+	r.wg.Add(1) // the timer loop is running, so the group is not at zero
+	go func() {
+		defer r.wg.Done()
+		r.expire(id)
+	}()
+}
+
+// expire writes the Expire record of a session whose deadline passed. If
+// that cannot be done now (the session cannot be rebuilt, or the append
+// fails) the deadline is retried: an OPEN session must not outlive its
+// TTL just because nobody touches it (TTL-2).
+func (r *Runtime) expire(id string) {
+	o := r.lookup(id)
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	if o.sess == nil {
+		o.mu.Unlock()
+		return
+	}
+	if err := r.heal(context.Background(), o); err != nil {
+		o.mu.Unlock()
+		r.log.Error("rebuilding session for expiry failed", "session_id", id, "err", err)
+		r.retryExpiry(id)
+		return
+	}
+	now := r.nowMs()
+	rec, ok := o.sess.ExpireIfDue(now)
+	if !ok {
+		o.mu.Unlock()
+		return
+	}
+	done := r.commit.submit(o, []session.Record{rec}, []LifecycleEvent{r.terminalEvent(o.sess, now)}, true)
+	o.mu.Unlock()
+	if err := <-done; err != nil {
+		r.retryExpiry(id)
+	}
+}
+
+func (r *Runtime) retryExpiry(id string) {
+	if !r.closing.Load() {
+		r.timers.add(id, r.opts.Now().Add(expiryRetry).UnixMilli())
 	}
 }
