@@ -88,7 +88,7 @@ type commitHarness struct {
 
 func newCommitHarness(t *testing.T, st store.Store) *commitHarness {
 	h := &commitHarness{t: t, ran: make(chan struct{})}
-	h.c = newCommitter(st, 256, slog.New(slog.DiscardHandler), nil, func(req *commitReq) {
+	h.c = newCommitter(st, 256, slog.New(slog.DiscardHandler), nil, nil, func(req *commitReq) {
 		req.o.answeredWith(req.recs)
 		last := req.recs[len(req.recs)-1]
 		h.mu.Lock()
@@ -329,7 +329,7 @@ func TestCommitterPipelinedOrderAndFailedSync(t *testing.T) {
 // waiting; run returns once all are answered.
 func TestCommitterStop(t *testing.T) {
 	st := newScriptStore()
-	c := newCommitter(st, 256, slog.New(slog.DiscardHandler), nil, func(req *commitReq) { req.o.answeredWith(req.recs) })
+	c := newCommitter(st, 256, slog.New(slog.DiscardHandler), nil, nil, func(req *commitReq) { req.o.answeredWith(req.recs) })
 	ran := make(chan struct{})
 	go func() { defer close(ran); c.run() }()
 	h := &commitHarness{t: t, c: c}

@@ -132,6 +132,12 @@ func recordCost(rec *session.Record) int {
 // activate starts an empty tail and its relay (first follower); the
 // caller holds owner.durableMu.
 func (t *followTail) activate(stop <-chan struct{}) {
+	t.reset()
+	go t.relay(t.notify, t.quit, stop)
+}
+
+// reset empties the tail for a new activation (the relay not started).
+func (t *followTail) reset() {
 	t.ring.Store(newTailRing(followTailMin))
 	t.end.Store(0)
 	t.wantGrow.Store(false)
@@ -139,7 +145,6 @@ func (t *followTail) activate(stop <-chan struct{}) {
 	w := make(chan struct{})
 	t.wake.Store(&w)
 	t.notify, t.quit = make(chan struct{}, 1), make(chan struct{})
-	go t.relay(t.notify, t.quit, stop)
 }
 
 // deactivate drops the tail (last follower gone), so it pins no records;

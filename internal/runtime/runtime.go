@@ -8,6 +8,7 @@ import (
 	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/clock"
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/policy"
 	"github.com/macpd/macpd/internal/session"
@@ -47,8 +48,12 @@ type Options struct {
 	// EvictAfter drops terminal sessions from memory this long after they
 	// ended (they are reloaded from the store on demand); 0 keeps them.
 	EvictAfter time.Duration
-	// Now is the clock; defaults to time.Now.
-	Now    func() time.Time
+	// Clock is the source of "now" and of every timer a rule depends on:
+	// TTL expiry, overdue sessions at recovery, the commit-wait bound,
+	// the stream stall limit and the instant a stream opened (package
+	// clock). nil = the wall clock, which production always uses; tests
+	// pass a clocktest.Fake and advance it.
+	Clock  clock.Clock
 	Logger *slog.Logger
 	// Metrics, if set, counts commits and exports session gauges
 	// (metrics.go); nil counts nothing.
@@ -79,9 +84,7 @@ func (o *Options) ensureDefaults() {
 	if o.SubscriberBuffer <= 0 {
 		o.SubscriberBuffer = 1024
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o.Clock = clock.OrReal(o.Clock)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -165,17 +168,17 @@ func New(st store.Store, modes *mode.Registry, policies policy.Lookup, opts Opti
 		Lifecycle:       NewLifecycleFeed(opts.SubscriberBuffer, opts.MaxWatchPending),
 		Registry:        NewHub[int64](16),
 		rates:           newSenderRates(opts),
-		streams:         NewStreamBudget(opts.StreamBuffers, opts.Now),
+		streams:         NewStreamBudget(opts.StreamBuffers, opts.Clock),
 		metrics:         opts.Metrics,
 	}
 	if opts.Metrics != nil {
 		opts.Metrics.rt.Store(r)
 	}
 	r.modes.Store(modes)
-	r.commit = newCommitter(st, opts.MaxCommitBatch, opts.Logger, opts.Metrics, r.completed)
-	r.timers = newTimerLoop(opts.Now, r.expireByTimer)
+	r.commit = newCommitter(st, opts.MaxCommitBatch, opts.Logger, opts.Metrics, opts.Clock, r.completed)
+	r.timers = newTimerLoop(opts.Clock, r.expireByTimer)
 	if opts.CommitTimeout > 0 {
-		r.deadlines = newDeadlines(opts.CommitTimeout)
+		r.deadlines = newDeadlines(opts.CommitTimeout, opts.Clock)
 	}
 	return r
 }
@@ -218,7 +221,11 @@ func (r *Runtime) SetModes(reg *mode.Registry) {
 	r.Registry.Publish(r.nowMs())
 }
 
-func (r *Runtime) nowMs() int64 { return r.opts.Now().UnixMilli() }
+func (r *Runtime) nowMs() int64 { return r.opts.Clock.Now().UnixMilli() }
+
+// Clock returns the runtime's clock (Options.Clock): transports read the
+// instant a stream opened and arm their stall timers with it.
+func (r *Runtime) Clock() clock.Clock { return r.opts.Clock }
 
 // Limits returns the admission limits.
 func (r *Runtime) Limits() session.Limits { return r.opts.Limits }

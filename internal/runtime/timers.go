@@ -6,16 +6,18 @@ import (
 	"sync"
 	"time"
 
+	"github.com/macpd/macpd/internal/clock"
 	"github.com/macpd/macpd/internal/session"
 )
 
 // timerLoop fires session deadlines on time from a min-heap: one goroutine,
-// one time.Timer armed for the earliest deadline (not a periodic sweep).
+// one timer of the runtime's clock armed for the earliest deadline (not a
+// periodic sweep).
 type timerLoop struct {
 	mu    sync.Mutex
 	items deadlineHeap
 	wake  chan struct{}
-	now   func() time.Time
+	clock clock.Clock
 	fire  func(sessionID string)
 }
 
@@ -42,8 +44,8 @@ func (h *deadlineHeap) Pop() any {
 	return it
 }
 
-func newTimerLoop(now func() time.Time, fire func(string)) *timerLoop {
-	return &timerLoop{wake: make(chan struct{}, 1), now: now, fire: fire}
+func newTimerLoop(c clock.Clock, fire func(string)) *timerLoop {
+	return &timerLoop{wake: make(chan struct{}, 1), clock: c, fire: fire}
 }
 
 // add schedules id to fire at atMs (Unix ms).
@@ -69,12 +71,12 @@ func (t *timerLoop) len() int {
 
 // run fires due deadlines until stop closes.
 func (t *timerLoop) run(stop <-chan struct{}) {
-	timer := time.NewTimer(time.Hour)
+	timer := t.clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		var due []string
 		wait := time.Hour
-		nowMs := t.now().UnixMilli()
+		nowMs := t.clock.Now().UnixMilli()
 		t.mu.Lock()
 		for len(t.items) > 0 && t.items[0].atMs <= nowMs {
 			due = append(due, heap.Pop(&t.items).(deadlineItem).id)
@@ -91,16 +93,23 @@ func (t *timerLoop) run(stop <-chan struct{}) {
 		}
 		if !timer.Stop() {
 			select {
-			case <-timer.C:
+			case <-timer.C():
 			default:
 			}
 		}
 		timer.Reset(wait)
+		if t.clock.Now().UnixMilli() != nowMs {
+			// The clock moved while the timer was being armed (wait was
+			// computed for the earlier instant, and a clock that jumps,
+			// such as a test's, may have jumped past the deadline): look
+			// again rather than wait too long.
+			continue
+		}
 		select {
 		case <-stop:
 			return
 		case <-t.wake:
-		case <-timer.C:
+		case <-timer.C():
 		}
 	}
 }
@@ -156,6 +165,6 @@ func (r *Runtime) expire(id string) {
 
 func (r *Runtime) retryExpiry(id string) {
 	if !r.closing.Load() {
-		r.timers.add(id, r.opts.Now().Add(expiryRetry).UnixMilli())
+		r.timers.add(id, r.opts.Clock.Now().Add(expiryRetry).UnixMilli())
 	}
 }
