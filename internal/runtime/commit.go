@@ -47,9 +47,9 @@ import (
 //     durability of its own group or of any earlier one. Groups started
 //     and not yet answered are bounded: the one the completer waits for,
 //     maxInFlight handed on to it, and the one being handed on
-//     (maxInFlight+2); then the committer waits. A barrier is answered after every earlier request
-//     of its session: nil if all of them were stored, errLost if one was
-//     lost.
+//     (maxInFlight+2); then the committer waits. A barrier is answered
+//     after every earlier request of its session: nil if all of them were
+//     stored, errLost if one was lost.
 //  6. A failed append or sync is final. Every request of the group gets
 //     the error, and its session is marked broken for its epoch: the
 //     owner rebuilds the session from the store by replay on next access
