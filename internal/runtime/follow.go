@@ -594,28 +594,4 @@ const (
 	followChunkRecords = 256
 )
 
-// releaseAll returns the window's charges for records not delivered.
-func releaseAll(w *StreamWindow, recs []session.Record) {
-	if w == nil {
-		return
-	}
-	for _, rec := range recs {
-		w.Release(StreamCost(rec))
-	}
-}
-
-// StreamBudget returns the runtime's budget of stream buffers: transports
-// open one window per stream (StreamBudget().NewWindow()) and pass it in
-// FollowOptions.Window.
-func (r *Runtime) StreamBudget() *StreamBudget { return r.streams }
-
 var errStopRead = errors.New("stop")
-
-// LastSeq returns the sequence number of the session's last durable record.
-func (r *Runtime) LastSeq(sessionID string) (uint64, bool) {
-	o := r.lookup(sessionID)
-	if o == nil {
-		return 0, false
-	}
-	return o.durable(), true
-}

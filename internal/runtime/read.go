@@ -151,3 +151,12 @@ func (r *Runtime) ListSessions(ctx context.Context, id coord.Identity) []*macpv1
 func MayObserveMetadata(id coord.Identity, md *macpv1.SessionMetadata) bool {
 	return id.Caps.IsObserver || md.Initiator == id.Sender || slices.Contains(md.Participants, id.Sender)
 }
+
+// LastSeq returns the sequence number of the session's last durable record.
+func (r *Runtime) LastSeq(sessionID string) (uint64, bool) {
+	o := r.lookup(sessionID)
+	if o == nil {
+		return 0, false
+	}
+	return o.durable(), true
+}

@@ -338,3 +338,18 @@ func (w *StreamWindow) Stalled() error {
 	w.b.mu.Unlock()
 	return errStalled(w, held)
 }
+
+// StreamBudget returns the runtime's budget of stream buffers: transports
+// open one window per stream (StreamBudget().NewWindow()) and pass it in
+// FollowOptions.Window.
+func (r *Runtime) StreamBudget() *StreamBudget { return r.streams }
+
+// releaseAll returns the window's charges for records not delivered.
+func releaseAll(w *StreamWindow, recs []session.Record) {
+	if w == nil {
+		return
+	}
+	for _, rec := range recs {
+		w.Release(StreamCost(rec))
+	}
+}
