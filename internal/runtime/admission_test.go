@@ -9,6 +9,7 @@ import (
 	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/clock/clocktest"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode/decision"
 )
@@ -136,10 +137,11 @@ func TestSenderBoundToIdentity(t *testing.T) {
 // session, others get FORBIDDEN and do not see it listed, an observer sees
 // everything. ListSessions is sorted by start time then id.
 func TestSessionVisibility(t *testing.T) {
-	r := newRT(t, newFaultStore(), Options{})
+	clk := clocktest.New()
+	r := newRT(t, newFaultStore(), Options{Clock: clk})
 	ctx := context.Background()
 	a := openSession(t, r, 0)
-	time.Sleep(2 * time.Millisecond)
+	clk.Advance(2 * time.Millisecond) // b starts after a
 	// A session alice starts herself, with carol and dave as participants.
 	b := newSID()
 	env := startEnv(b, "m0", 60_000)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/clock/clocktest"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store/memstore"
@@ -63,20 +64,23 @@ func mustSend(r *Runtime, id coord.Identity, env *macpv1.Envelope) *macpv1.Ack {
 }
 
 // An outsider's message to a session whose deadline passed does not expire
-// it (it has no effect at all); the timer does.
+// it (it has no effect at all); the timer does. The timer is held by the
+// test until the outsider's message was answered.
 func TestOutsiderDoesNotTriggerExpiry(t *testing.T) {
-	clk := newFakeClock()
-	r := newRT(t, memstore.New(), Options{Now: clk.Now})
+	clk := clocktest.New()
+	r, due := newRTHeldTimers(t, memstore.New(), Options{Clock: clk})
 	sid := newSID()
-	env := startEnv(sid, "m0", 10_000) // the timer sleeps 10 s of real time: not during this test
-	env.TimestampUnixMs = clk.Now().UnixMilli()
-	mustOK(t, r, initID, env)
-	time.Sleep(100 * time.Millisecond) // let the timer loop arm its (real-time) timer first
-	clk.advance(20 * time.Second)
+	mustOK(t, r, initID, startAt(clk, sid, "m0", 10_000))
+	clk.Advance(20 * time.Second)
 	wantCode(t, r.Send(context.Background(), outsiderID, proposalEnv(sid, "m1")), coord.CodeForbidden)
 	if v := inspect(t, r, sid); v.status != session.Open || v.seq != 1 {
 		t.Fatalf("outsider's message changed the session: %+v", v)
 	}
+	r.expireByTimer(recv(t, due, "the session's deadline"))
+	eventually(t, 10*time.Second, "the timer's expiry", func() bool {
+		s, _ := getState(r, initID, sid)
+		return s == macpv1.SessionState_SESSION_STATE_EXPIRED
+	})
 }
 
 // Signals and Progress related to a session (correlation_session_id, or a

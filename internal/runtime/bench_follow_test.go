@@ -101,18 +101,11 @@ func benchFollowFanout(b *testing.B, senders, followers int, stalled bool) {
 		}()
 	}
 	// Wait until every follower is registered (reading the shared tail).
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	pollUntil(b, 30*time.Second, time.Millisecond, "every follower live", func() bool {
 		o.durableMu.Lock()
-		n := o.followers
-		o.durableMu.Unlock()
-		if n == followers {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d followers live", n, followers)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer o.durableMu.Unlock()
+		return o.followers == followers
+	})
 
 	// An untimed warm-up, delivered before timing starts, so every case
 	// starts warm. Stalled followers take its first record and block.
@@ -196,26 +189,19 @@ func benchFollowFanout(b *testing.B, senders, followers int, stalled bool) {
 
 // waitFollowers waits until every follower delivered record seq.
 func waitFollowers(b *testing.B, fs []*benchFollower, errs <-chan error, seq uint64) {
-	for deadline := time.Now().Add(120 * time.Second); ; {
-		behind := 0
-		for _, f := range fs {
-			if f.last.Load() < seq {
-				behind++
-			}
-		}
-		if behind == 0 {
-			return
-		}
+	pollUntil(b, 120*time.Second, 100*time.Microsecond, fmt.Sprintf("every follower to receive record %d", seq), func() bool {
 		select {
 		case err := <-errs:
 			b.Fatalf("a follower failed: %v", err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d followers did not receive record %d", behind, len(fs), seq)
+		for _, f := range fs {
+			if f.last.Load() < seq {
+				return false
+			}
 		}
-		time.Sleep(100 * time.Microsecond)
-	}
+		return true
+	})
 }
 
 // cpuTime returns the CPU time (user + system) the process used so far.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/macpd/macpd/internal/clock/clocktest"
 	"github.com/macpd/macpd/internal/coord"
 )
 
@@ -23,7 +24,7 @@ func TestCloseDuringStalledAppend(t *testing.T) {
 	first := sendAsync(r, ctx, aliceID, proposalEnv(sid, "m2"))
 	waitEntered(t, stall)
 	queued := sendAsync(r, ctx, bobID, proposalEnv(sid, "m3"))
-	eventually(t, 2*time.Second, "m3 queued", func() bool { return len(r.commits) == 1 })
+	eventually(t, 2*time.Second, "m3 queued", func() bool { return len(r.commit.queue) == 1 })
 
 	closed := make(chan struct{})
 	go func() { r.Close(); close(closed) }()
@@ -54,7 +55,8 @@ func TestCloseDuringStalledAppend(t *testing.T) {
 func TestCloseLeavesNoGoroutines(t *testing.T) {
 	base := goruntime.NumGoroutine()
 	st := newFaultStore()
-	r := New(st, testModes(), defaultPolicies, Options{})
+	clk := clocktest.New()
+	r := New(st, testModes(), defaultPolicies, Options{Clock: clk})
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -63,9 +65,9 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		openSession(t, r, 0)
 	}
 	short := newSID()
-	mustOK(t, r, initID, startEnv(short, "m0", 20))
+	mustOK(t, r, initID, startAt(clk, short, "m0", 20))
 	retried := newSID()
-	mustOK(t, r, initID, startEnv(retried, "m0", 20))
+	mustOK(t, r, initID, startAt(clk, retried, "m0", 30)) // not in short's append: it fails
 	st.failNext(retried, -1)
 	sid := openSession(t, r, 0)
 	stall := st.block(sid, false)
@@ -75,7 +77,15 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	cancel()
 	recv(t, ch, "abandoned ack")
 	stall.release()
-	time.Sleep(100 * time.Millisecond)
+	// The deadlines pass: short expires, retried fails and is retried.
+	clk.Advance(20 * time.Millisecond)
+	eventually(t, 10*time.Second, "the short session to expire", func() bool { return len(stored(t, st, short)) == 2 })
+	clk.Advance(10 * time.Millisecond)
+	retryAt := clk.NowMs() + expiryRetry.Milliseconds()
+	eventually(t, 10*time.Second, "the failed expiry's retry", func() bool { return heapHas(r, retried, retryAt) })
+	calls := st.calls.Load()
+	clk.Advance(expiryRetry)
+	eventually(t, 10*time.Second, "the retry to fail again", func() bool { return st.calls.Load() > calls })
 
 	r.Close()
 	st.clear()

@@ -3,11 +3,9 @@ package runtime
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
@@ -172,22 +170,7 @@ func TestConcurrentSendsWithRandomFailures(t *testing.T) {
 		sids[i] = newSID()
 		mustOK(t, r, initID, startEnv(sids[i], "start", 60_000))
 	}
-	stop := make(chan struct{})
-	faults := make(chan struct{})
-	go func() { // a failure every few appends, at random
-		defer close(faults)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if rand.IntN(3) == 0 {
-				st.failNext("", 1)
-			}
-			time.Sleep(200 * time.Microsecond)
-		}
-	}()
+	st.failRandomly(3) // one append in three fails, at random
 	log := newAckLog()
 	var wg sync.WaitGroup
 	for s, sid := range sids {
@@ -203,9 +186,7 @@ func TestConcurrentSendsWithRandomFailures(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	close(stop)
-	<-faults
-	st.clear()
+	st.failRandomly(0)
 	failed := 0
 	for _, sid := range sids {
 		log.checkStore(t, r, st, sid)

@@ -3,6 +3,8 @@ package runtime
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/macpd/macpd/internal/clock"
 )
 
 // deadlines hands out channels that are closed a little after d: a channel
@@ -11,16 +13,17 @@ import (
 // of a timer per call: a timer per Send was ~1.4% of the server's CPU
 // under load, and the bound needs no precision.
 type deadlines struct {
-	d   time.Duration
-	cur atomic.Pointer[chan struct{}]
+	d     time.Duration
+	clock clock.Clock
+	cur   atomic.Pointer[chan struct{}]
 }
 
 // deadlineSteps is how many channels are open at once: one is handed
 // out, the others wait out their d.
 const deadlineSteps = 8
 
-func newDeadlines(d time.Duration) *deadlines {
-	x := &deadlines{d: d}
+func newDeadlines(d time.Duration, clk clock.Clock) *deadlines {
+	x := &deadlines{d: d, clock: clk}
 	c := make(chan struct{})
 	x.cur.Store(&c)
 	return x
@@ -35,7 +38,7 @@ func (x *deadlines) after() <-chan struct{} { return *x.cur.Load() }
 // waits they bound are answered by the runtime's shutdown).
 func (x *deadlines) run(stop <-chan struct{}) {
 	step := max(x.d/deadlineSteps, time.Millisecond)
-	t := time.NewTicker(step)
+	t := x.clock.NewTicker(step)
 	defer t.Stop()
 	type retired struct {
 		ch chan struct{}
@@ -44,17 +47,20 @@ func (x *deadlines) run(stop <-chan struct{}) {
 	var ring []retired
 	for {
 		select {
-		case <-t.C:
+		case <-t.C():
 		case <-stop:
 			return
 		}
-		c := make(chan struct{})
-		old := x.cur.Swap(&c)
-		now := time.Now() // after the swap: no waiter took old later
-		ring = append(ring, retired{*old, now})
+		now := x.clock.Now()
 		for len(ring) > 0 && now.Sub(ring[0].at) >= x.d {
 			close(ring[0].ch)
 			ring = ring[1:]
 		}
+		c := make(chan struct{})
+		old := x.cur.Swap(&c)
+		// Taken after the swap: no waiter took old later. (The closes
+		// come first, so a new channel handed out means this step's
+		// closes are done.)
+		ring = append(ring, retired{*old, x.clock.Now()})
 	}
 }

@@ -7,28 +7,32 @@
 // Ordering contract for one accepted envelope (compare etcd-io/raft's
 // Ready handling):
 //  1. Under the session's lock, the core decides (session.Session.Step) and
-//     the resulting records are queued to the committer. The lock is then
-//     released, so the session's next envelope can be decided while this
-//     one is being written (pipelining).
-//  2. The committer appends queued records of many sessions in one
-//     store.Append (group commit) and, once durable, runs each request's
-//     completion in queue order: the session's durable sequence advances,
-//     subscribers and lifecycle watchers are notified. With a store that
-//     implements store.Pipeliner (Pebble), the committer only starts each
-//     group's append and builds the next group while it syncs (up to
-//     maxInFlight groups); a second goroutine waits for the groups in the
-//     order they were started and runs their completions, so an answer
-//     never precedes the durability of its own group or of any earlier one.
+//     the resulting records are submitted to the group committer. The lock
+//     is then released, so the session's next envelope can be decided
+//     while this one is being written (pipelining).
+//  2. The committer (commit.go, whose contract is stated there as numbered
+//     steps) appends the records of many sessions in one store append and,
+//     once durable, runs each request's completion in queue order: the
+//     session's durable sequence advances, subscribers and lifecycle
+//     watchers are notified.
 //  3. Only then is the caller's Ack returned.
 //
 // If an append fails, the session's in-memory state is ahead of the store:
 // the owner is marked failed, every waiter gets INTERNAL_ERROR, and the
-// next access rebuilds the session from the store by replay, once the
-// session's queued requests have been answered. Later records of that
-// session that were already queued are left out of the append (the store's
-// sequence check would refuse them anyway), so no gap or fork can be
-// written and other sessions in the same batch are not failed with them.
-// An expiry that cannot be stored is retried by the timer.
+// next access rebuilds the session from the store by replay (heal,
+// owner.go), once the session's queued requests have been answered. An
+// expiry that cannot be stored is retried by the timer.
+//
+// Where things are: send.go is the write path (Send, then each step it
+// takes, top to bottom: admission, start, step, cancel, waiting for the
+// commit); commit.go the group committer; owner.go the per-session owner
+// and its rebuild; read.go the read path; timers.go the deadline heap and
+// TTL expiry; load.go loading, recovery and housekeeping; follow.go
+// followers. Every "now" and every timer a rule depends on (TTL expiry,
+// overdue sessions at recovery, retention and eviction, the commit-wait
+// bound, the stream stall limit, the instant a stream opened) comes from
+// Options.Clock (package clock; the wall clock unless a test injects
+// clocktest.Fake).
 //
 // Reads (GetSession, ListSessions) show only durable state: a read that
 // finds records still in flight waits for them. So do answers that write

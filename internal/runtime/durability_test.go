@@ -7,6 +7,7 @@ import (
 	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/clock/clocktest"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/session"
 )
@@ -237,17 +238,27 @@ func TestStaleFailureDoesNotDisableHealing(t *testing.T) {
 	a := sendAsync(r, ctx, aliceID, proposalEnv(sid, "m2"))
 	waitEntered(t, f1)
 	b := sendAsync(r, ctx, bobID, proposalEnv(sid, "m3")) // seq 4, on top of m2
-	eventually(t, 2*time.Second, "m3 queued", func() bool { return len(r.commits) == 1 })
+	eventually(t, 2*time.Second, "m3 queued", func() bool { return len(r.commit.queue) == 1 })
 	f1.release()
 	wantCode(t, recv(t, a, "m2 ack"), coord.CodeInternalError)
 
 	// Another sender arrives while m3 (doomed: its append is refused, or it
 	// is left out of the append) may still be in flight.
 	c := sendAsync(r, ctx, aliceID, proposalEnv(sid, "m4"))
-	deadline := time.Now().Add(200 * time.Millisecond)
-	for len(r.commits) == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	// m4 must rebuild the session first, and that waits, under the
+	// session's lock, for m3 to be answered: wait until it holds the lock.
+	// (Or, if m3 was answered first, m4's own append is held by f2.)
+	o := r.lookup(sid)
+	eventually(t, 10*time.Second, "m4 to wait for the rebuild or its append", func() bool {
+		if len(f2.entered) > 0 {
+			return true
+		}
+		if o.mu.TryLock() {
+			o.mu.Unlock()
+			return false
+		}
+		return true
+	})
 	f2.release()
 	wantCode(t, recv(t, b, "m3 ack"), coord.CodeInternalError)
 	if ack := recv(t, c, "m4 ack"); !ack.Ok {
@@ -455,20 +466,48 @@ func TestAbandonedTerminalReleasesSlot(t *testing.T) {
 }
 
 // TTL-2 with a failing store: an expiry whose append fails is retried by
-// the runtime itself; the session must not stay OPEN past its deadline
-// just because nobody touches it.
+// the runtime itself, expiryRetry later; the session must not stay OPEN
+// past its deadline just because nobody touches it. The clock is a fake:
+// the test moves it to the deadline and to each retry once the previous
+// attempt failed and its retry was scheduled.
 func TestFailedExpiryIsRetried(t *testing.T) {
+	clk := clocktest.New()
 	st := newFaultStore()
-	r := newRT(t, st, Options{})
+	r := newRT(t, st, Options{Clock: clk})
 	sid := newSID()
-	mustOK(t, r, initID, startEnv(sid, "m0", 60))
+	start := startAt(clk, sid, "m0", 60)
+	mustOK(t, r, initID, start)
 	st.failNext(sid, 2)
-	// Poll the store only: any runtime access would heal the session and
-	// hide a missing retry.
-	eventually(t, 3*time.Second, "the expiry to be stored", func() bool {
+	calls := st.calls.Load()
+	// Poll the store and the timer heap only: any runtime access would
+	// heal the session and hide a missing retry. After each failed
+	// attempt the retry is in the heap for expiryRetry later; only then
+	// is the clock moved there. (A rebuild also re-arms the overdue
+	// deadline itself, so an attempt may follow at once, too.)
+	storedExpiry := func() bool {
 		recs := stored(t, st, sid)
 		return len(recs) == 2 && recs[1].Kind == session.KindExpire
-	})
+	}
+	clk.Advance(60 * time.Millisecond)
+	for retries := 0; ; retries++ {
+		if retries > 5 {
+			t.Fatal("the expiry was not stored after 5 retries")
+		}
+		retryAt := clk.NowMs() + expiryRetry.Milliseconds()
+		eventually(t, 10*time.Second, "a failed attempt's retry in the heap, or the expiry", func() bool {
+			return storedExpiry() || heapHas(r, sid, retryAt)
+		})
+		if storedExpiry() {
+			break
+		}
+		clk.Advance(expiryRetry)
+	}
+	if n := st.calls.Load() - calls; n < 3 {
+		t.Fatalf("%d appends for the expiry, want the 2 failures and the stored one", n)
+	}
+	if at := stored(t, st, sid)[1].AcceptedAtMs; at < start.TimestampUnixMs+60+expiryRetry.Milliseconds() {
+		t.Fatalf("expiry stored at %d, before the first retry was due", at)
+	}
 	if s, _ := getState(r, initID, sid); s != macpv1.SessionState_SESSION_STATE_EXPIRED {
 		t.Fatalf("state %v", s)
 	}
@@ -489,9 +528,9 @@ func TestDoomedRecordsDoNotFailOtherSessions(t *testing.T) {
 	first := sendAsync(r, ctx, aliceID, proposalEnv(a, "a2"))
 	waitEntered(t, stall)
 	doomed := sendAsync(r, ctx, aliceID, proposalEnv(a, "a3")) // seq 4, on top of a2
-	eventually(t, 2*time.Second, "a3 queued", func() bool { return len(r.commits) == 1 })
+	eventually(t, 2*time.Second, "a3 queued", func() bool { return len(r.commit.queue) == 1 })
 	other := sendAsync(r, ctx, aliceID, proposalEnv(b, "b2"))
-	eventually(t, 2*time.Second, "b2 queued", func() bool { return len(r.commits) == 2 })
+	eventually(t, 2*time.Second, "b2 queued", func() bool { return len(r.commit.queue) == 2 })
 	stall.release()
 
 	wantCode(t, recv(t, first, "a2 ack"), coord.CodeInternalError)
@@ -510,19 +549,38 @@ func TestDoomedRecordsDoNotFailOtherSessions(t *testing.T) {
 
 // Options.CommitTimeout bounds a Send's wait for a stuck store (the
 // server's unary limit, applied without a per-call context): the caller
-// gets INTERNAL_ERROR, never ok=true, and the record, once it lands, is
-// settled as if the caller had left (the next message sees it).
+// gets INTERNAL_ERROR, never ok=true, not before the timeout and at most
+// two steps of the shared ticker after it (deadline.go); the record, once
+// it lands, is settled as if the caller had left (the next message sees
+// it). The clock is a fake, moved one ticker step at a time.
 func TestCommitTimeoutBoundsTheWait(t *testing.T) {
+	const timeout = 80 * time.Millisecond
+	const step = timeout / deadlineSteps
+	clk := clocktest.New()
 	st := newFaultStore()
-	r := newRT(t, st, Options{CommitTimeout: 50 * time.Millisecond})
+	r := newRT(t, st, Options{CommitTimeout: timeout, Clock: clk})
 	sid := openSession(t, r, 0)
 	stall := st.block(sid, false)
-	start := time.Now()
+	start := clk.Now()
 	ch := sendAsync(r, context.Background(), aliceID, proposalEnv(sid, "m2"))
 	waitEntered(t, stall)
-	wantCode(t, recv(t, ch, "timed-out ack"), coord.CodeInternalError)
-	if waited := time.Since(start); waited < 50*time.Millisecond {
-		t.Fatalf("answered after %v, before the commit timeout", waited)
+	var ack *macpv1.Ack
+	for ack == nil {
+		select {
+		case ack = <-ch:
+			continue
+		default:
+		}
+		if waited := clk.Now().Sub(start); waited > timeout+3*step {
+			t.Fatalf("no answer %v after the send, with a commit timeout of %v", waited, timeout)
+		}
+		prev := r.deadlines.after()
+		clk.Advance(step)
+		eventually(t, 10*time.Second, "the commit-wait ticker's step", func() bool { return r.deadlines.after() != prev })
+	}
+	wantCode(t, ack, coord.CodeInternalError)
+	if waited := clk.Now().Sub(start); waited < timeout {
+		t.Fatalf("answered after %v, before the commit timeout %v", waited, timeout)
 	}
 	stall.release()
 	// The record was written after all: a resend is a duplicate of it.

@@ -132,6 +132,12 @@ func recordCost(rec *session.Record) int {
 // activate starts an empty tail and its relay (first follower); the
 // caller holds owner.durableMu.
 func (t *followTail) activate(stop <-chan struct{}) {
+	t.reset()
+	go t.relay(t.notify, t.quit, stop)
+}
+
+// reset empties the tail for a new activation (the relay not started).
+func (t *followTail) reset() {
 	t.ring.Store(newTailRing(followTailMin))
 	t.end.Store(0)
 	t.wantGrow.Store(false)
@@ -139,7 +145,6 @@ func (t *followTail) activate(stop <-chan struct{}) {
 	w := make(chan struct{})
 	t.wake.Store(&w)
 	t.notify, t.quit = make(chan struct{}, 1), make(chan struct{})
-	go t.relay(t.notify, t.quit, stop)
 }
 
 // deactivate drops the tail (last follower gone), so it pins no records;
@@ -592,28 +597,4 @@ const (
 	followChunkRecords = 256
 )
 
-// releaseAll returns the window's charges for records not delivered.
-func releaseAll(w *StreamWindow, recs []session.Record) {
-	if w == nil {
-		return
-	}
-	for _, rec := range recs {
-		w.Release(StreamCost(rec))
-	}
-}
-
-// StreamBudget returns the runtime's budget of stream buffers: transports
-// open one window per stream (StreamBudget().NewWindow()) and pass it in
-// FollowOptions.Window.
-func (r *Runtime) StreamBudget() *StreamBudget { return r.streams }
-
 var errStopRead = errors.New("stop")
-
-// LastSeq returns the sequence number of the session's last durable record.
-func (r *Runtime) LastSeq(sessionID string) (uint64, bool) {
-	o := r.lookup(sessionID)
-	if o == nil {
-		return 0, false
-	}
-	return o.durable(), true
-}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	decisionv1 "github.com/macpd/macpd/gen/macp/modes/decision/v1"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/clock/clocktest"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/decision"
@@ -77,7 +79,13 @@ type faultStore struct {
 	appends atomic.Int64 // Append calls that reached the inner store
 	records atomic.Int64 // records those calls carried
 	calls   atomic.Int64 // every Append call
+
+	oneIn atomic.Int64 // > 0: each Append fails at random, one in oneIn
 }
+
+// failRandomly makes each Append fail with probability 1/n (0: never),
+// on top of the scripted faults.
+func (s *faultStore) failRandomly(n int) { s.oneIn.Store(int64(n)) }
 
 func newFaultStore() *faultStore { return &faultStore{Store: memstore.New()} }
 
@@ -130,6 +138,9 @@ func (s *faultStore) releaseAll() {
 
 func (s *faultStore) Append(ctx context.Context, recs []session.Record) error {
 	s.calls.Add(1)
+	if n := s.oneIn.Load(); n > 0 && rand.Int64N(n) == 0 {
+		return errInjected
+	}
 	s.mu.Lock()
 	var f *fault
 	for _, c := range s.faults {
@@ -196,6 +207,37 @@ func newRT(t *testing.T, st store.Store, opts Options) *Runtime {
 		r.Close()
 	})
 	return r
+}
+
+// newRTHeldTimers is newRT whose TTL timer loop hands each due session id
+// to the returned channel instead of expiring the session: the test
+// decides when the timer's expiry runs (r.expireByTimer(id)), so it can
+// check what happens before it without racing the timer.
+func newRTHeldTimers(t *testing.T, st store.Store, opts Options) (*Runtime, <-chan string) {
+	t.Helper()
+	r := New(st, testModes(), policy.DefaultOnly{}, opts)
+	due := make(chan string, 1024)
+	r.timers.fire = func(id string) { due <- id }
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(r.Close)
+	return r, due
+}
+
+// heapHas reports whether the timer heap holds session id at atMs.
+func heapHas(r *Runtime, id string, atMs int64) bool {
+	r.timers.mu.Lock()
+	defer r.timers.mu.Unlock()
+	return slices.Contains(r.timers.items, deadlineItem{atMs: atMs, id: id})
+}
+
+// startAt is startEnv stamped with the fake clock's instant (the deadline
+// is timestamp + ttl).
+func startAt(clk *clocktest.Fake, sid, msgID string, ttlMs int64) *macpv1.Envelope {
+	env := startEnv(sid, msgID, ttlMs)
+	env.TimestampUnixMs = clk.NowMs()
+	return env
 }
 
 func mustMarshal(m proto.Message) []byte {
@@ -401,15 +443,25 @@ func inspect(t *testing.T, r *Runtime, sid string) view {
 	return v
 }
 
-// eventually polls cond every 5 ms for up to d.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+// eventually is the bounded polling helper of these tests: it polls cond
+// every 5 ms for up to d (a bound against a hang; a condition that holds
+// never waits it out).
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	pollUntil(t, d, 5*time.Millisecond, what, cond)
+}
+
+// pollUntil is eventually with its polling interval (the benchmarks poll
+// more often, so that the poll does not dominate what they measure). It
+// is the only place in this package's tests that sleeps.
+func pollUntil(tb testing.TB, d, every time.Duration, what string, cond func() bool) {
+	tb.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
+			tb.Fatalf("timed out after %v waiting for %s", d, what)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(every)
 	}
 }
 

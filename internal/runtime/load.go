@@ -263,13 +263,13 @@ func (r *Runtime) housekeeping() {
 	if r.opts.EvictAfter > 0 && r.opts.EvictAfter < every {
 		every = max(r.opts.EvictAfter, 10*time.Millisecond)
 	}
-	t := time.NewTicker(every)
+	t := r.opts.Clock.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-r.stop:
 			return
-		case <-t.C:
+		case <-t.C():
 			r.evictIdle()
 			if r.opts.Retention > 0 {
 				r.purgeExpired(context.Background())

@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -151,9 +150,6 @@ func (m *Metrics) group(f *inFlight, err error) {
 		return
 	}
 	took := f.took
-	if f.wait != nil {
-		took = time.Since(f.start)
-	}
 	m.groups.Inc()
 	m.groupRequests.Observe(float64(f.reqs))
 	m.records.Add(float64(f.recs))

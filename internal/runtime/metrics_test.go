@@ -10,6 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/clock/clocktest"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/session"
 )
@@ -102,7 +103,7 @@ func TestMetricsCommitGroups(t *testing.T) {
 		sendAsync(r, ctx, initID, proposalEnv(sid, "m4")),
 		sendAsync(r, ctx, initID, startEnv(s2, "s2-0", 60_000)),
 		sendAsync(r, ctx, initID, startEnv(s3, "s3-0", 60_000)))
-	eventually(t, 5*time.Second, "four requests queued", func() bool { return len(r.commits) == 4 })
+	eventually(t, 5*time.Second, "four requests queued", func() bool { return len(r.commit.queue) == 4 })
 	stall.release()
 	for _, ch := range acks {
 		if a := recv(t, ch, "ack"); !a.Ok {
@@ -141,17 +142,18 @@ func TestMetricsCommitGroups(t *testing.T) {
 func TestMetricsPipelinedAppendTime(t *testing.T) {
 	m := NewMetrics()
 	st := newPipeStore()
-	r := newRT(t, st, Options{Metrics: m})
-	ack := sendAsync(r, context.Background(), initID, startEnv(newSID(), "m0", 60_000))
+	clk := clocktest.New()
+	r := newRT(t, st, Options{Metrics: m, Clock: clk})
+	ack := sendAsync(r, context.Background(), initID, startAt(clk, newSID(), "m0", 60_000))
 	n := recv(t, st.started, "append started")
 	const hold = 30 * time.Millisecond
-	time.Sleep(hold)
+	clk.Advance(hold) // the append is held while the (fake) clock moves
 	st.release(n, nil)
 	if a := recv(t, ack, "start ack"); !a.Ok {
 		t.Fatal(a.Error)
 	}
 	h := scrape(t, m)["macpd_store_append_seconds"].GetHistogram()
-	if h.GetSampleCount() != 1 || h.GetSampleSum() < hold.Seconds() {
-		t.Fatalf("append_seconds: count %d sum %v, want 1 and >= %v", h.GetSampleCount(), h.GetSampleSum(), hold.Seconds())
+	if h.GetSampleCount() != 1 || h.GetSampleSum() != hold.Seconds() {
+		t.Fatalf("append_seconds: count %d sum %v, want 1 and %v", h.GetSampleCount(), h.GetSampleSum(), hold.Seconds())
 	}
 }

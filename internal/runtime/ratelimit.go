@@ -41,8 +41,8 @@ type senderRates struct {
 
 func newSenderRates(o Options) *senderRates {
 	return &senderRates{
-		starts:   limits.NewRate(o.Rates.SessionStartsPerMinute, o.Now),
-		messages: limits.NewRate(o.Rates.MessagesPerMinute, o.Now),
+		starts:   limits.NewRate(o.Rates.SessionStartsPerMinute, o.Clock.Now),
+		messages: limits.NewRate(o.Rates.MessagesPerMinute, o.Clock.Now),
 		logged:   make(map[string]time.Time),
 	}
 }
@@ -70,7 +70,7 @@ func (sr *senderRates) take(r *Runtime, sender string, start bool) *coord.Error 
 	if ok {
 		return nil
 	}
-	now := r.opts.Now()
+	now := r.opts.Clock.Now()
 	sr.logMu.Lock()
 	if last, seen := sr.logged[sender]; !seen || now.Sub(last) >= rateLogEvery {
 		sr.logged[sender] = now

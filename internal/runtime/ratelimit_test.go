@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/macpd/macpd/internal/clock/clocktest"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/store/memstore"
 )
@@ -14,9 +15,9 @@ import (
 // buckets; an empty bucket answers RATE_LIMITED without any effect; other
 // senders are unaffected; the bucket refills with time.
 func TestRateLimitsPerSender(t *testing.T) {
-	clk := newFakeClock()
+	clk := clocktest.New()
 	st := memstore.New()
-	r := newRT(t, st, Options{Rates: RateLimits{SessionStartsPerMinute: 2, MessagesPerMinute: 3}, Now: clk.Now})
+	r := newRT(t, st, Options{Rates: RateLimits{SessionStartsPerMinute: 2, MessagesPerMinute: 3}, Clock: clk})
 	s1, s2, s3 := newSID(), newSID(), newSID()
 	mustOK(t, r, initID, startEnv(s1, "m0", 60_000))
 	mustOK(t, r, initID, startEnv(s2, "m0", 60_000))
@@ -43,7 +44,7 @@ func TestRateLimitsPerSender(t *testing.T) {
 	// Another sender is unaffected.
 	mustOK(t, r, aliceID, voteEnv(s1, "v1", "p-m1"))
 	// Twenty seconds refill one message token (3 per minute).
-	clk.advance(20 * time.Second)
+	clk.Advance(20 * time.Second)
 	mustOK(t, r, initID, signalEnv("sig-2", "progress"))
 	wantCode(t, r.Send(context.Background(), initID, signalEnv("sig-3", "progress")), coord.CodeRateLimited)
 }

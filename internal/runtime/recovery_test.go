@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/clock/clocktest"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store/memstore"
@@ -17,11 +18,13 @@ import (
 // deadline): a new Runtime over the same store recovers every session:
 // metadata (state, deadline, participant activity), sequence numbers, the
 // dedup set and the per-initiator open count; an OPEN session whose
-// deadline passed while the runtime was down expires right after Start.
+// deadline passed while the runtime was down expires right after Start
+// (the runtimes share a fake clock, moved past the deadline while down).
 func TestRecoveryOverSameStore(t *testing.T) {
 	mem := memstore.New()
 	ctx := context.Background()
-	r1 := New(mem, testModes(), defaultPolicies, Options{MaxOpenSessionsPerInitiator: 3})
+	clk := clocktest.New()
+	r1 := New(mem, testModes(), defaultPolicies, Options{MaxOpenSessionsPerInitiator: 3, Clock: clk})
 	if err := r1.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +39,7 @@ func TestRecoveryOverSameStore(t *testing.T) {
 		t.Fatalf("cancel: %v %v", ack, err)
 	}
 	short := newSID()
-	mustOK(t, r1, initID, startEnv(short, "m0", 300))
+	mustOK(t, r1, initID, startAt(clk, short, "m0", 300))
 
 	before := map[string]*macpv1.SessionMetadata{}
 	for _, sid := range []string{open, resolved, cancelled} {
@@ -51,9 +54,9 @@ func TestRecoveryOverSameStore(t *testing.T) {
 	if n := len(stored(t, mem, short)); n != 1 {
 		t.Fatalf("short session already has %d records before the restart", n)
 	}
-	time.Sleep(350 * time.Millisecond) // the short session's deadline passes while down
+	clk.Advance(350 * time.Millisecond) // the short session's deadline passes while down
 
-	r2 := newRT(t, mem, Options{MaxOpenSessionsPerInitiator: 3})
+	r2 := newRT(t, mem, Options{MaxOpenSessionsPerInitiator: 3, Clock: clk})
 	for sid, want := range before {
 		got, err := r2.GetSession(ctx, initID, sid)
 		if err != nil {
@@ -91,15 +94,19 @@ func TestRecoveryOverSameStore(t *testing.T) {
 		t.Fatalf("cancel after restart: %v %v", ack, err)
 	}
 
-	// The short session expires by timer right after Start.
-	eventually(t, 2*time.Second, "the overdue session to expire", func() bool {
+	// The short session expires by timer right after Start, at the
+	// restarted runtime's instant (the clock did not move since).
+	eventually(t, 10*time.Second, "the overdue session to expire", func() bool {
 		recs := stored(t, mem, short)
 		return len(recs) == 2 && recs[1].Kind == session.KindExpire
 	})
+	if at := stored(t, mem, short)[1].AcceptedAtMs; at != clk.NowMs() {
+		t.Fatalf("overdue session expired at %d, want %d", at, clk.NowMs())
+	}
 
 	// Open counts were recovered: init has one OPEN session (open) after
 	// short expired, so two more may start and the third is rate limited.
-	eventually(t, time.Second, "the expiry to release its slot", func() bool {
+	eventually(t, 10*time.Second, "the expiry to release its slot", func() bool {
 		r2.mu.RLock()
 		defer r2.mu.RUnlock()
 		return r2.openBy[initID.Sender] == 1
@@ -110,7 +117,7 @@ func TestRecoveryOverSameStore(t *testing.T) {
 
 	// A restarted runtime recovers again from what the second one wrote.
 	r2.Close()
-	r3 := newRT(t, mem, Options{})
+	r3 := newRT(t, mem, Options{Clock: clk})
 	if v := inspect(t, r3, open); v.seq != 5 {
 		t.Fatalf("third runtime: %+v", v)
 	}

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/macpd/macpd/internal/clock"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/session"
 	"google.golang.org/protobuf/proto"
@@ -73,8 +74,8 @@ func StreamCost(rec session.Record) int64 {
 
 // StreamBudget is the global budget of stream buffers.
 type StreamBudget struct {
-	opts StreamBudgetOptions
-	now  func() time.Time
+	opts  StreamBudgetOptions
+	clock clock.Clock
 
 	mu      sync.Mutex
 	used    int64
@@ -87,8 +88,9 @@ type StreamBudget struct {
 }
 
 // NewStreamBudget returns a budget; zero fields take DefaultStreamBudget's
-// values (StallTimeout < 0 disables the stall limit).
-func NewStreamBudget(o StreamBudgetOptions, now func() time.Time) *StreamBudget {
+// values (StallTimeout < 0 disables the stall limit). c times the stall
+// limit; nil = the wall clock.
+func NewStreamBudget(o StreamBudgetOptions, c clock.Clock) *StreamBudget {
 	if o.PerStream <= 0 {
 		o.PerStream = DefaultStreamBudget.PerStream
 	}
@@ -98,10 +100,7 @@ func NewStreamBudget(o StreamBudgetOptions, now func() time.Time) *StreamBudget 
 	if o.StallTimeout == 0 {
 		o.StallTimeout = DefaultStreamBudget.StallTimeout
 	}
-	if now == nil {
-		now = time.Now
-	}
-	return &StreamBudget{opts: o, now: now, changed: make(chan struct{})}
+	return &StreamBudget{opts: o, clock: clock.OrReal(c), changed: make(chan struct{})}
 }
 
 // Options returns the budget's settings.
@@ -139,7 +138,7 @@ type StreamWindow struct {
 // NewWindow opens a stream's window.
 func (b *StreamBudget) NewWindow() *StreamWindow {
 	b.windows.Add(1)
-	return &StreamWindow{b: b, lastProgress: b.now()}
+	return &StreamWindow{b: b, lastProgress: b.clock.Now()}
 }
 
 // errStalled is the error that ends a stalled stream (see above).
@@ -193,13 +192,13 @@ func (w *StreamWindow) TryAcquire(n int64) bool {
 // anything for StallTimeout while this call waited.
 func (w *StreamWindow) Acquire(ctx context.Context, n int64) error {
 	b := w.b
-	var timer *time.Timer
+	var timer clock.Timer
 	defer func() {
 		if timer != nil {
 			timer.Stop()
 		}
 	}()
-	start := b.now()
+	start := b.clock.Now()
 	waited := false
 	for {
 		b.mu.Lock()
@@ -217,12 +216,13 @@ func (w *StreamWindow) Acquire(ctx context.Context, n int64) error {
 		}
 		changed := b.changed
 		var stallIn time.Duration = -1
+		now := b.clock.Now()
 		if held := w.pending + w.sent; held > 0 && b.opts.StallTimeout > 0 {
 			from := start
 			if w.lastProgress.After(from) {
 				from = w.lastProgress
 			}
-			stallIn = b.opts.StallTimeout - b.now().Sub(from)
+			stallIn = b.opts.StallTimeout - now.Sub(from)
 			if stallIn <= 0 {
 				b.mu.Unlock()
 				b.stalled.Add(1)
@@ -233,11 +233,18 @@ func (w *StreamWindow) Acquire(ctx context.Context, n int64) error {
 		var fire <-chan time.Time
 		if stallIn > 0 {
 			if timer == nil {
-				timer = time.NewTimer(stallIn)
+				timer = b.clock.NewTimer(stallIn)
 			} else {
 				timer.Reset(stallIn)
 			}
-			fire = timer.C
+			fire = timer.C()
+			if b.clock.Now().Sub(now) >= time.Millisecond {
+				// The clock moved while the timer was being armed (a
+				// clock that jumps, such as a test's, may have passed
+				// the stall instant): look again rather than wait too
+				// long.
+				continue
+			}
 		}
 		select {
 		case <-changed:
@@ -268,7 +275,7 @@ func (w *StreamWindow) Sent(n int64) {
 	b := w.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	w.lastProgress = b.now()
+	w.lastProgress = b.clock.Now()
 	if w.closed {
 		return
 	}
@@ -284,7 +291,7 @@ func (w *StreamWindow) ReleaseSent(n int64) {
 	b := w.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	w.lastProgress = b.now()
+	w.lastProgress = b.clock.Now()
 	if w.closed || n <= 0 {
 		return
 	}
@@ -330,4 +337,19 @@ func (w *StreamWindow) Stalled() error {
 	held := w.pending + w.sent
 	w.b.mu.Unlock()
 	return errStalled(w, held)
+}
+
+// StreamBudget returns the runtime's budget of stream buffers: transports
+// open one window per stream (StreamBudget().NewWindow()) and pass it in
+// FollowOptions.Window.
+func (r *Runtime) StreamBudget() *StreamBudget { return r.streams }
+
+// releaseAll returns the window's charges for records not delivered.
+func releaseAll(w *StreamWindow, recs []session.Record) {
+	if w == nil {
+		return
+	}
+	for _, rec := range recs {
+		w.Release(StreamCost(rec))
+	}
 }

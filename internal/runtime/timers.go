@@ -2,17 +2,22 @@ package runtime
 
 import (
 	"container/heap"
+	"context"
 	"sync"
 	"time"
+
+	"github.com/macpd/macpd/internal/clock"
+	"github.com/macpd/macpd/internal/session"
 )
 
 // timerLoop fires session deadlines on time from a min-heap: one goroutine,
-// one time.Timer armed for the earliest deadline (not a periodic sweep).
+// one timer of the runtime's clock armed for the earliest deadline (not a
+// periodic sweep).
 type timerLoop struct {
 	mu    sync.Mutex
 	items deadlineHeap
 	wake  chan struct{}
-	now   func() time.Time
+	clock clock.Clock
 	fire  func(sessionID string)
 }
 
@@ -39,8 +44,8 @@ func (h *deadlineHeap) Pop() any {
 	return it
 }
 
-func newTimerLoop(now func() time.Time, fire func(string)) *timerLoop {
-	return &timerLoop{wake: make(chan struct{}, 1), now: now, fire: fire}
+func newTimerLoop(c clock.Clock, fire func(string)) *timerLoop {
+	return &timerLoop{wake: make(chan struct{}, 1), clock: c, fire: fire}
 }
 
 // add schedules id to fire at atMs (Unix ms).
@@ -66,12 +71,12 @@ func (t *timerLoop) len() int {
 
 // run fires due deadlines until stop closes.
 func (t *timerLoop) run(stop <-chan struct{}) {
-	timer := time.NewTimer(time.Hour)
+	timer := t.clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		var due []string
 		wait := time.Hour
-		nowMs := t.now().UnixMilli()
+		nowMs := t.clock.Now().UnixMilli()
 		t.mu.Lock()
 		for len(t.items) > 0 && t.items[0].atMs <= nowMs {
 			due = append(due, heap.Pop(&t.items).(deadlineItem).id)
@@ -88,16 +93,78 @@ func (t *timerLoop) run(stop <-chan struct{}) {
 		}
 		if !timer.Stop() {
 			select {
-			case <-timer.C:
+			case <-timer.C():
 			default:
 			}
 		}
 		timer.Reset(wait)
+		if t.clock.Now().UnixMilli() != nowMs {
+			// The clock moved while the timer was being armed (wait was
+			// computed for the earlier instant, and a clock that jumps,
+			// such as a test's, may have jumped past the deadline): look
+			// again rather than wait too long.
+			continue
+		}
 		select {
 		case <-stop:
 			return
 		case <-t.wake:
-		case <-timer.C:
+		case <-timer.C():
 		}
+	}
+}
+
+// expiryRetry is how soon a deadline is retried when its expiry could not
+// be stored (or the session could not be rebuilt to write it).
+const expiryRetry = 250 * time.Millisecond
+
+// expireByTimer is called by the timer loop when a deadline passes. The
+// expiry runs off the timer goroutine, so a session whose lock is held or
+// that must first be rebuilt (waiting for its appends) does not delay
+// other deadlines. Close waits for it.
+func (r *Runtime) expireByTimer(id string) {
+	r.wg.Add(1) // the timer loop is running, so the group is not at zero
+	go func() {
+		defer r.wg.Done()
+		r.expire(id)
+	}()
+}
+
+// expire writes the Expire record of a session whose deadline passed. If
+// that cannot be done now (the session cannot be rebuilt, or the append
+// fails) the deadline is retried: an OPEN session must not outlive its
+// TTL just because nobody touches it (TTL-2).
+func (r *Runtime) expire(id string) {
+	o := r.lookup(id)
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	if o.sess == nil {
+		o.mu.Unlock()
+		return
+	}
+	if err := r.heal(context.Background(), o); err != nil {
+		o.mu.Unlock()
+		r.log.Error("rebuilding session for expiry failed", "session_id", id, "err", err)
+		r.retryExpiry(id)
+		return
+	}
+	now := r.nowMs()
+	rec, ok := o.sess.ExpireIfDue(now)
+	if !ok {
+		o.mu.Unlock()
+		return
+	}
+	done := r.commit.submit(o, []session.Record{rec}, []LifecycleEvent{r.terminalEvent(o.sess, now)}, true)
+	o.mu.Unlock()
+	if err := <-done; err != nil {
+		r.retryExpiry(id)
+	}
+}
+
+func (r *Runtime) retryExpiry(id string) {
+	if !r.closing.Load() {
+		r.timers.add(id, r.opts.Clock.Now().Add(expiryRetry).UnixMilli())
 	}
 }

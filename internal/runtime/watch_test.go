@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
-	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
@@ -147,37 +146,24 @@ func TestLifecycleWatcherOverflow(t *testing.T) {
 	}
 }
 
-// Publish never waits for a watcher: with watchers that never read (one
-// near its cap, one far below) a large burst of events completes, and the
-// slowest single Publish stays far below anything a blocked publisher
-// would show.
+// Publish never waits for a watcher: with watchers that never read (at
+// their cap) and a raw subscriber that never reads, a large burst of
+// events is published by the test goroutine itself. Nobody else runs and
+// nobody reads, so a Publish that waited for a reader would never return
+// (go test's -timeout reports where); no duration is measured. Then the
+// watchers hold exactly the latest event per session, in first-change
+// order, and the raw subscriber was dropped.
 func TestLifecycleWatcherPublishNeverBlocks(t *testing.T) {
 	const sessions, events = 5_000, 200_000
 	f := NewLifecycleFeed(4, sessions)
 	stalled := []*LifecycleWatcher{f.Watch(nil), f.Watch(nil)}
 	hub := f.Subscribe() // a raw subscriber that never reads is dropped, not waited for
-	done := make(chan time.Duration, 1)
-	go func() {
-		var worst time.Duration
-		for i := range events {
-			start := time.Now()
-			typ := evCreated
-			if i >= sessions {
-				typ = evResolved
-			}
-			f.Publish(lifecycleEv(typ, fmt.Sprint("s", i%sessions), int64(i)))
-			worst = max(worst, time.Since(start))
+	for i := range events {
+		typ := evCreated
+		if i >= sessions {
+			typ = evResolved
 		}
-		done <- worst
-	}()
-	select {
-	case worst := <-done:
-		t.Logf("slowest Publish: %v", worst)
-		if worst > time.Second {
-			t.Fatalf("a Publish took %v", worst)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Publish blocked")
+		f.Publish(lifecycleEv(typ, fmt.Sprint("s", i%sessions), int64(i)))
 	}
 	if !hub.Lagged() {
 		t.Fatal("the raw subscriber was not dropped")

@@ -250,7 +250,15 @@ func benchStreamFanout(b *testing.B, subs int, stalled bool) {
 		// Catch-up of everything once the clients read, per message.
 		delivered = time.Since(gateOpened) * time.Duration(b.N) / time.Duration(total)
 	}
-	time.Sleep(20 * time.Millisecond) // let a duplicate, if any, arrive
+	// Watch for a duplicate for a while: a subscriber over the count.
+	pollUntil(20*time.Millisecond, time.Millisecond, func() bool {
+		for _, t := range tallies {
+			if t.count.Load() > int64(total) {
+				return true
+			}
+		}
+		return false
+	})
 	for i, t := range tallies {
 		if n, sum := t.count.Load(), t.sum.Load(); n != int64(total) || sum != wantSum {
 			b.Fatalf("subscriber %d received %d envelopes (checksum %x), want exactly the %d sent (%x)", i, n, sum, total, wantSum)
@@ -274,26 +282,23 @@ func benchStreamFanout(b *testing.B, subs int, stalled bool) {
 
 // waitSubs waits until every subscriber received n envelopes.
 func waitSubs(b *testing.B, tallies []*benchSub, errs <-chan error, n int) {
-	for deadline := time.Now().Add(10 * time.Minute); ; {
-		behind, least := 0, int64(n)
+	behind, least := 0, int64(n)
+	if !pollUntil(10*time.Minute, 200*time.Microsecond, func() bool {
+		select {
+		case err := <-errs:
+			b.Fatalf("a subscriber failed: %v", err)
+		default:
+		}
+		behind, least = 0, int64(n)
 		for _, t := range tallies {
 			if c := t.count.Load(); c < int64(n) {
 				behind++
 				least = min(least, c)
 			}
 		}
-		if behind == 0 {
-			return
-		}
-		select {
-		case err := <-errs:
-			b.Fatalf("a subscriber failed: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d subscribers did not receive %d envelopes (the slowest has %d)", behind, len(tallies), n, least)
-		}
-		time.Sleep(200 * time.Microsecond)
+		return behind == 0
+	}) {
+		b.Fatalf("%d of %d subscribers did not receive %d envelopes (the slowest has %d)", behind, len(tallies), n, least)
 	}
 }
 

@@ -472,7 +472,7 @@ func (s *Service) WatchSessions(_ *macpv1.WatchSessionsRequest, stream grpc.Serv
 	id, _ := identityFrom(ctx)
 	w := s.rt.Lifecycle.Watch(func(ev runtime.LifecycleEvent) bool { return runtime.MayObserveMetadata(id, ev.Session) })
 	defer s.rt.Lifecycle.Unwatch(w)
-	now := time.Now().UnixMilli()
+	now := s.rt.Clock().Now().UnixMilli()
 	if err := stream.SendHeader(metadata.Pairs(HeaderWatchSubscribed, strconv.FormatInt(now, 10))); err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/app"
 	"github.com/macpd/macpd/internal/auth"
+	"github.com/macpd/macpd/internal/clock/clocktest"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode/builtin"
@@ -246,16 +247,38 @@ func wantNack(t *testing.T, ack *macpv1.Ack, code string) {
 	}
 }
 
-// eventually polls cond until it holds or 5s pass.
+// eventually is the bounded polling helper: it polls cond every 2 ms
+// until it holds, failing the test after 5 s (a bound against a hang).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	if !pollUntil(5*time.Second, 2*time.Millisecond, cond) {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// pollUntil checks cond every `every` until it holds or d has passed, and
+// reports whether it held. It is the only place in these tests that
+// sleeps.
+func pollUntil(d, every time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			return false
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(every)
 	}
+	return true
+}
+
+// startClocked serves a Service (dev identities, as startApp's) over a
+// runtime whose clock is a fake the test advances: the stream rules'
+// "now" (the instant a stream opened, acceptance times) moves only when
+// the test says.
+func startClocked(t *testing.T) (*testEnv, *clocktest.Fake) {
+	t.Helper()
+	clk := clocktest.New()
+	e, _, _ := startService(t, server.Options{}, runtime.Options{Clock: clk})
+	return e, clk
 }
 
 // recvResult is one Recv of a server stream.

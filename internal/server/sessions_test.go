@@ -124,11 +124,11 @@ func TestCancelSession(t *testing.T) {
 // terminal, as the reference runtime) and RFC-MACP-0004 §4: each caller
 // lists only the sessions it may see, oldest first.
 func TestListSessions(t *testing.T) {
-	e := startApp(t, testConfig())
+	e, clk := startClocked(t)
 	s1 := e.startSession(t, "alice", "alice", "bob")
-	time.Sleep(2 * time.Millisecond)
+	clk.Advance(2 * time.Millisecond)
 	s2 := e.startSession(t, "bob", "bob", "carol")
-	time.Sleep(2 * time.Millisecond)
+	clk.Advance(2 * time.Millisecond)
 	s3 := e.startSession(t, "alice", "alice")
 	e.resolve(t, "alice", s3)
 

@@ -77,7 +77,7 @@ func (s *Service) StreamSession(stream grpc.BidiStreamingServer[macpv1.StreamSes
 	defer cancel()
 	id, _ := identityFrom(ctx)
 	st := &streamState{
-		s: s, stream: stream, id: id, openedMs: time.Now().UnixMilli(),
+		s: s, stream: stream, id: id, openedMs: s.rt.Clock().Now().UnixMilli(),
 		out:        make(chan outItem, 64),
 		window:     s.rt.StreamBudget().NewWindow(),
 		followDone: make(chan error, 1),
@@ -329,9 +329,9 @@ func (st *streamState) enqueueRecord(ctx context.Context, it outItem) error {
 	}
 	var stall <-chan time.Time
 	if d := st.window.StallTimeout(); d > 0 {
-		t := time.NewTimer(d)
+		t := st.s.rt.Clock().NewTimer(d)
 		defer t.Stop()
-		stall = t.C
+		stall = t.C()
 	}
 	select {
 	case st.out <- it:

@@ -264,12 +264,12 @@ func TestStreamSubscribeFromStart(t *testing.T) {
 // the first delivered. after_sequence > N: live only (nothing was accepted
 // since the stream opened), the header's resume-after is N.
 func TestStreamSubscribeAtAndBeyondEnd(t *testing.T) {
-	e := startApp(t, streamConfig(0))
+	e, clk := startClocked(t)
 	for _, after := range []uint64{3, 4, 1 << 40} {
 		sid := e.sessionWith(t, 2)
 		// Beyond the end means live since the stream opened; records
 		// accepted in the same millisecond would count as live.
-		time.Sleep(5 * time.Millisecond)
+		clk.Advance(5 * time.Millisecond)
 		ss := e.subscribe(t, "alice", sid, after)
 		if seq, ra := ss.header(t); seq != 3 || ra != 3 {
 			t.Fatalf("after %d: header session-sequence %d resume-after %d, want 3 3", after, seq, ra)
@@ -286,16 +286,24 @@ func TestStreamSubscribeAtAndBeyondEnd(t *testing.T) {
 // envelope accepted between opening the stream and the subscribe frame is
 // delivered, and the header's resume-after says where counting starts, so
 // the client still learns its sequence number (issue #5 item 4).
+//
+// The clock is a fake: the stream opens at T, "between" is accepted at
+// T+1 ms and the subscribe frame arrives at T+2 ms, so only the opening
+// instant (not the subscribing one) makes "between" live.
 func TestStreamSubscribeBeyondEndLiveSinceOpen(t *testing.T) {
-	e := startApp(t, streamConfig(0))
+	e, clk := startClocked(t)
 	sid := e.sessionWith(t, 2) // 3 records
-	time.Sleep(5 * time.Millisecond)
+	clk.Advance(5 * time.Millisecond)
 	ss := e.openStream(t, "alice")
 	// The server handler starts when the call's headers arrive; an empty
-	// frame is ignored but proves the call is being served.
+	// frame is ignored but makes the client send them. The handler takes
+	// the opening instant before it opens the stream's window, so a
+	// window open means the instant was taken.
 	ss.send(t, &macpv1.StreamSessionRequest{})
-	time.Sleep(50 * time.Millisecond)
+	eventually(t, "the stream's handler to start", func() bool { return e.rt.StreamBudget().Stats().Windows == 1 })
+	clk.Advance(time.Millisecond)
 	e.mustAccept(t, "bob", proposal(t, sid, "between")) // record 4
+	clk.Advance(time.Millisecond)
 	ss.send(t, &macpv1.StreamSessionRequest{SubscribeSessionId: sid, AfterSequence: 1 << 40})
 	seq, ra := ss.header(t)
 	if seq != 4 {
@@ -315,13 +323,13 @@ func TestStreamSubscribeBeyondEndLiveSinceOpen(t *testing.T) {
 // last delivered sequence number. Subscribing at or beyond the end of a
 // terminal session ends cleanly at once.
 func TestStreamSubscribeTerminal(t *testing.T) {
-	e := startApp(t, streamConfig(0))
+	e, clk := startClocked(t)
 	sid := e.sessionWith(t, 1)
 	e.resolve(t, "init", sid) // proposal + commitment: 4 records
 	hist := e.history(t, sid)
 	// Beyond the end is "live since the stream opened": keep the commit
 	// out of that millisecond.
-	time.Sleep(5 * time.Millisecond)
+	clk.Advance(5 * time.Millisecond)
 	n := uint64(len(hist))
 
 	ss := e.subscribe(t, "bob", sid, 0)
@@ -494,11 +502,8 @@ func TestStreamActive(t *testing.T) {
 		ss.sendEnv(t, proposal(t, sid, fmt.Sprintf("s-%d", i)))
 		e.mustAccept(t, "alice", proposal(t, sid, fmt.Sprintf("u-%d", i)))
 	}
-	hist := e.history(t, sid)
-	for len(hist) < 14 {
-		time.Sleep(time.Millisecond)
-		hist = e.history(t, sid)
-	}
+	var hist []session.Record
+	eventually(t, "14 records stored", func() bool { hist = e.history(t, sid); return len(hist) >= 14 })
 	for _, r := range hist[4:14] {
 		if g := ss.env(t); !proto.Equal(g, r.Envelope) {
 			t.Fatalf("got %v, want record %d %v", g, r.Seq, r.Envelope)
@@ -597,9 +602,7 @@ func TestStreamSubscribeHalfCloseDrainsThenEnds(t *testing.T) {
 	// live (FollowOptions.LiveSinceMs): open it in a later millisecond
 	// than the last acceptance, so that nothing is live.
 	recs := e.history(t, sid)
-	for time.Now().UnixMilli() <= recs[len(recs)-1].AcceptedAtMs {
-		time.Sleep(time.Millisecond)
-	}
+	eventually(t, "a later millisecond", func() bool { return time.Now().UnixMilli() > recs[len(recs)-1].AcceptedAtMs })
 	ss = e.subscribe(t, "alice", sid, 1<<40)
 	if err := ss.s.CloseSend(); err != nil {
 		t.Fatal(err)

@@ -334,17 +334,17 @@ func (e *testEnv) truth(t *testing.T, agent string) sessionStates {
 func (e *testEnv) converge(t *testing.T, what, agent string, view *lifecycleView) (events int) {
 	t.Helper()
 	want := e.truth(t, agent)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got, n, err := view.snapshot()
-		if got.equal(want) {
-			return n
-		}
-		if err != nil || time.Now().After(deadline) {
-			t.Fatalf("%s did not converge (stream error %v): %s", what, err, want.diff(got))
-		}
-		time.Sleep(5 * time.Millisecond)
+	var (
+		got sessionStates
+		err error
+	)
+	if !pollUntil(10*time.Second, 5*time.Millisecond, func() bool {
+		got, events, err = view.snapshot()
+		return got.equal(want) || err != nil
+	}) || !got.equal(want) {
+		t.Fatalf("%s did not converge (stream error %v): %s", what, err, want.diff(got))
 	}
+	return events
 }
 
 // churn starts n sessions from several goroutines (each with a large
@@ -501,10 +501,11 @@ func TestWatchSessionsOverflowEndsWithResync(t *testing.T) {
 		md := &macpv1.SessionMetadata{SessionId: sid, Initiator: "alice", ContextId: big, State: macpv1.SessionState_SESSION_STATE_OPEN}
 		return runtime.LifecycleEvent{Type: created, Session: md, ObservedMs: 1}
 	}
+	// Publish ends an overflowing watcher itself (synchronously), so the
+	// count after it is exact: nothing to wait for.
 	for range 200 {
 		e.rt.Lifecycle.Publish(ev("same"))
 	}
-	time.Sleep(50 * time.Millisecond)
 	if e.rt.Lifecycle.Len() != 1 {
 		t.Fatal("a watcher was ended although one session was pending")
 	}
@@ -513,7 +514,6 @@ func TestWatchSessionsOverflowEndsWithResync(t *testing.T) {
 			t.Fatal("watcher never ended")
 		}
 		e.rt.Lifecycle.Publish(ev(fmt.Sprint("s", i)))
-		time.Sleep(time.Millisecond)
 	}
 	err = streamErr(t, recvAsync(s))
 	wantStatus(t, err, codes.ResourceExhausted, "RATE_LIMITED")
