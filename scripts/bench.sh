@@ -5,7 +5,7 @@
 #   1. the raw sync rate of the disk macpd writes to (cmd/disksync: one
 #      fdatasync per append, and one per 64 appends);
 #   2. the transport ceiling: cmd/echo-bench (Send answers an ok Ack at
-#      once) driven by "macpctl load --transport echo" at 64 concurrent
+#      once) driven by "macpbench load --transport echo" at 64 concurrent
 #      sessions;
 #   3. macpd driven by the same client at 1, 16 and 64 concurrent sessions,
 #      and one session with 16 concurrent senders;
@@ -89,13 +89,13 @@ wait_for() {
 }
 
 log "building into $bin ..."
-(cd "$root" && go build -o "$bin/" ./cmd/macpd ./cmd/macpctl ./cmd/echo-bench ./cmd/disksync)
+(cd "$root" && go build -o "$bin/" ./cmd/macpd ./cmd/macpbench ./cmd/echo-bench ./cmd/disksync)
 
 # put NAME ROUND FIELD VALUE: one figure of one round.
 put() { printf '%s\n' "$4" >"$res/$1.$2.$3"; }
 get() { cat "$res/$1.$2.$3" 2>/dev/null || true; }
 
-# load NAME ROUND PID ADDR TRANSPORT ARGS...: one macpctl load run against
+# load NAME ROUND PID ADDR TRANSPORT ARGS...: one macpbench load run against
 # the server process PID; records throughput, latency and CPU per ack.
 load() {
 	local name=$1 round=$2 pid=$3 addr=$4 transport=$5
@@ -103,7 +103,7 @@ load() {
 	log "round $round: load $name: $* (${secs}s) ..."
 	local out c0 c1 acked
 	c0=$(cpu_ticks "$pid")
-	out=$(/usr/bin/time -f '%U %S' -o "$res/time.$name.$round" "$bin/macpctl" load --addr "$addr" --insecure \
+	out=$(/usr/bin/time -f '%U %S' -o "$res/time.$name.$round" "$bin/macpbench" load --addr "$addr" --insecure \
 		--transport "$transport" --duration "${secs}s" --messages "$messages" --json "$@")
 	c1=$(cpu_ticks "$pid")
 	[ -n "${BENCH_RAW:-}" ] && printf '%s\n' "$out" | sed '$d' | sed 's/^/    /' >&2

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/macpd/macpd/internal/clikit"
 	"strings"
 	"testing"
 
@@ -90,7 +91,7 @@ func TestVerifyDataDir(t *testing.T) {
 		t.Fatalf("second run differs:\n%s\nvs\n%s", res2.out, res.out)
 	}
 
-	if res := r.run("verify", "--data-dir", dir+"/missing"); res.code != exitUsage {
+	if res := r.run("verify", "--data-dir", dir+"/missing"); res.code != clikit.ExitUsage {
 		t.Fatalf("verify of a missing directory: exit %d", res.code)
 	}
 }

@@ -1,6 +1,6 @@
 // Package loadgen drives a MACP runtime over gRPC with many sessions and
 // reports throughput and latency percentiles (issue #4 items 7 and 9). It
-// is the engine behind "macpctl load" and "macpctl check-acked", and also
+// is the engine behind "macpbench load" and "macpbench check-acked", and also
 // holds the echo service cmd/echo-bench serves as the transport ceiling.
 //
 // Each session is a SessionStart from the initiator, then Messages

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"github.com/macpd/macpd/internal/clikit"
+	"github.com/macpd/macpd/internal/clikit/clitest"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,22 +14,22 @@ import (
 )
 
 func TestLoad(t *testing.T) {
-	a := startApp(t)
-	r := runner{t: t}
+	a := clitest.StartApp(t)
+	r := newRunner(t, nil)
 	log := filepath.Join(t.TempDir(), "acked.log")
-	res := r.ok("load", "--addr", a.Addr(), "--insecure", "--sessions", "4", "--messages", "6", "--concurrency", "2",
+	res := r.Ok("load", "--addr", a.Addr(), "--insecure", "--sessions", "4", "--messages", "6", "--concurrency", "2",
 		"--commit", "--acked-log", log, "--json")
-	lines := res.lines()
+	lines := res.Lines()
 	var got loadgen.Result
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &got); err != nil {
-		t.Fatalf("last line is not the JSON result: %v\n%s", err, res.out)
+		t.Fatalf("last line is not the JSON result: %v\n%s", err, res.Out)
 	}
 	if got.Acked != 4*8 || got.Errors != 0 || got.Rejected != 0 || got.SessionsCommitted != 4 || got.Latency.P99Ms <= 0 {
-		t.Fatalf("%s", res.out)
+		t.Fatalf("%s", res.Out)
 	}
 	for _, want := range []string{"throughput:", "latency ms (32 answered sends)", "sends: 32: 32 acked (0 duplicate), 0 rejected, 0 errors"} {
-		if !strings.Contains(res.out, want) {
-			t.Errorf("summary lacks %q:\n%s", want, res.out)
+		if !strings.Contains(res.Out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, res.Out)
 		}
 	}
 	b, err := os.ReadFile(log)
@@ -39,10 +41,10 @@ func TestLoad(t *testing.T) {
 	}
 
 	// One session, concurrent senders.
-	res = r.ok("load", "--addr", a.Addr(), "--insecure", "--sessions", "1", "--messages", "40", "--senders", "4", "--json")
-	lines = res.lines()
+	res = r.Ok("load", "--addr", a.Addr(), "--insecure", "--sessions", "1", "--messages", "40", "--senders", "4", "--json")
+	lines = res.Lines()
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &got); err != nil || got.Acked != 41 || got.Senders != 4 {
-		t.Fatalf("%v\n%s", err, res.out)
+		t.Fatalf("%v\n%s", err, res.Out)
 	}
 }
 
@@ -54,9 +56,9 @@ func TestLoadEcho(t *testing.T) {
 	g := loadgen.NewEchoServer()
 	go g.Serve(lis)
 	defer g.Stop()
-	res := runner{t: t}.ok("load", "--addr", lis.Addr().String(), "--insecure", "--transport", "echo", "--sessions", "3", "--messages", "5")
-	if !strings.Contains(res.out, "18 acked") || !strings.Contains(res.out, "via echo") {
-		t.Fatalf("%s", res.out)
+	res := newRunner(t, nil).Ok("load", "--addr", lis.Addr().String(), "--insecure", "--transport", "echo", "--sessions", "3", "--messages", "5")
+	if !strings.Contains(res.Out, "18 acked") || !strings.Contains(res.Out, "via echo") {
+		t.Fatalf("%s", res.Out)
 	}
 }
 
@@ -68,14 +70,14 @@ func TestLoadUnreachable(t *testing.T) {
 	}
 	addr := lis.Addr().String()
 	lis.Close()
-	res := runner{t: t}.ok("load", "--addr", addr, "--insecure", "--sessions", "3", "--messages", "2", "--give-up", "100ms", "--timeout", "1s", "--mode-version", "1.0.0")
-	if !strings.Contains(res.out, "errors: UNAVAILABLE") {
-		t.Fatalf("%s", res.out)
+	res := newRunner(t, nil).Ok("load", "--addr", addr, "--insecure", "--sessions", "3", "--messages", "2", "--give-up", "100ms", "--timeout", "1s", "--mode-version", "1.0.0")
+	if !strings.Contains(res.Out, "errors: UNAVAILABLE") {
+		t.Fatalf("%s", res.Out)
 	}
 }
 
 func TestLoadUsage(t *testing.T) {
-	r := runner{t: t}
+	r := newRunner(t, nil)
 	for _, args := range [][]string{
 		{"--concurrency", "0"},
 		{"--senders", "0"},
@@ -86,9 +88,9 @@ func TestLoadUsage(t *testing.T) {
 		{"--acked-log", "/nonexistent/dir/log"},
 		{"extra"},
 	} {
-		res := r.run(append([]string{"load", "--insecure"}, args...)...)
-		if res.code != exitUsage {
-			t.Errorf("load %v: exit %d, want %d\n%s", args, res.code, exitUsage, res.errOut)
+		res := r.Run(append([]string{"load", "--insecure"}, args...)...)
+		if res.Code != clikit.ExitUsage {
+			t.Errorf("load %v: exit %d, want %d\n%s", args, res.Code, clikit.ExitUsage, res.ErrOut)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/macpd/macpd/internal/clikit"
 	"io"
 	"maps"
 	"os"
@@ -16,38 +17,28 @@ import (
 	"github.com/macpd/macpd/internal/bench/loadgen"
 )
 
-func init() {
-	// Init functions run in file name order, after cli.go's (which sets
-	// the list), so check-acked is registered here too.
-	commands = append(commands, command{
-		"load", "--sessions S --messages M --concurrency C [--senders N] [--acked-log FILE] [--json] [flags]",
-		"drive sessions (Decision by default) and report throughput and latency percentiles",
-		(*cli).load,
-	}, checkAckedCommand)
-}
-
 // load runs the load generator (internal/bench/loadgen). Send failures are
 // counted, never fatal: the exit status is 0 unless the command line is
 // wrong or the connection cannot be set up.
-func (c *cli) load(args []string) error {
-	sessions := c.fs.Int("sessions", 100, "number of sessions (0 with --duration: as many as fit)")
-	messages := c.fs.Int("messages", 20, "messages per session after the SessionStart")
-	concurrency := c.fs.Int("concurrency", 16, "sessions driven at once")
-	senders := c.fs.Int("senders", 1, "concurrent senders per session (participants p1..pN)")
-	mode := c.fs.String("mode", "decision", "mode: decision, proposal, multi_round or a mode id")
-	modeVersion := c.fs.String("mode-version", "", "mode version to bind (default: the runtime's)")
-	commit := c.fs.Bool("commit", false, "end each session with a Commitment (decision only)")
-	ttl := c.fs.Duration("ttl", 10*time.Minute, "session time to live")
-	duration := c.fs.Duration("duration", 0, "stop starting Sends after this long (0: when every session is done)")
-	ackedLog := c.fs.String("acked-log", "", "write \"session_id<TAB>message_id<TAB>stream<TAB>type\" per acknowledged envelope to FILE")
-	jsonOut := c.fs.Bool("json", false, "also print every figure as one JSON line")
-	transport := c.fs.String("transport", "macp", "macp, or echo to drive cmd/echo-bench with the same client path")
-	conns := c.fs.Int("conns", 1, "gRPC connections to spread sessions over")
-	initiator := c.fs.String("initiator", loadgen.DefaultInitiator, "dev identity that starts and commits sessions")
-	pad := c.fs.Int("pad", 0, "extra payload bytes per mode message")
-	giveUp := c.fs.Duration("give-up", 2*time.Second, "end the run when Sends fail and none was answered for this long (negative: never)")
-	gcPercent := c.fs.Int("gc-percent", 400, "the load generator's own Go GC percent; GOGC, when set, wins")
-	if _, err := c.parse(args, 0); err != nil {
+func load(c *clikit.CLI, args []string) error {
+	sessions := c.FS.Int("sessions", 100, "number of sessions (0 with --duration: as many as fit)")
+	messages := c.FS.Int("messages", 20, "messages per session after the SessionStart")
+	concurrency := c.FS.Int("concurrency", 16, "sessions driven at once")
+	senders := c.FS.Int("senders", 1, "concurrent senders per session (participants p1..pN)")
+	mode := c.FS.String("mode", "decision", "mode: decision, proposal, multi_round or a mode id")
+	modeVersion := c.FS.String("mode-version", "", "mode version to bind (default: the runtime's)")
+	commit := c.FS.Bool("commit", false, "end each session with a Commitment (decision only)")
+	ttl := c.FS.Duration("ttl", 10*time.Minute, "session time to live")
+	duration := c.FS.Duration("duration", 0, "stop starting Sends after this long (0: when every session is done)")
+	ackedLog := c.FS.String("acked-log", "", "write \"session_id<TAB>message_id<TAB>stream<TAB>type\" per acknowledged envelope to FILE")
+	jsonOut := c.FS.Bool("json", false, "also print every figure as one JSON line")
+	transport := c.FS.String("transport", "macp", "macp, or echo to drive cmd/echo-bench with the same client path")
+	conns := c.FS.Int("conns", 1, "gRPC connections to spread sessions over")
+	initiator := c.FS.String("initiator", loadgen.DefaultInitiator, "dev identity that starts and commits sessions")
+	pad := c.FS.Int("pad", 0, "extra payload bytes per mode message")
+	giveUp := c.FS.Duration("give-up", 2*time.Second, "end the run when Sends fail and none was answered for this long (negative: never)")
+	gcPercent := c.FS.Int("gc-percent", 400, "the load generator's own Go GC percent; GOGC, when set, wins")
+	if _, err := c.Parse(args, 0); err != nil {
 		return err
 	}
 	// The generator shares the machine with the server it measures: its
@@ -57,46 +48,46 @@ func (c *cli) load(args []string) error {
 	if os.Getenv("GOGC") == "" && *gcPercent > 0 {
 		debug.SetGCPercent(*gcPercent)
 	}
-	if c.set("duration") && !c.set("sessions") {
+	if c.Set("duration") && !c.Set("sessions") {
 		*sessions = 0
 	}
 	switch {
 	case *sessions < 0 || *messages < 0 || *pad < 0:
-		return usagef("--sessions, --messages and --pad must not be negative")
+		return clikit.Usagef("--sessions, --messages and --pad must not be negative")
 	case *sessions == 0 && *duration <= 0:
-		return usagef("--sessions 0 needs a --duration")
+		return clikit.Usagef("--sessions 0 needs a --duration")
 	case *concurrency < 1 || *senders < 1 || *conns < 1:
-		return usagef("--concurrency, --senders and --conns must be at least 1")
+		return clikit.Usagef("--concurrency, --senders and --conns must be at least 1")
 	case *ttl <= 0:
-		return usagef("--ttl must be positive")
+		return clikit.Usagef("--ttl must be positive")
 	case *transport != string(loadgen.TransportMACP) && *transport != string(loadgen.TransportEcho):
-		return usagef("--transport is macp or echo, not %q", *transport)
+		return clikit.Usagef("--transport is macp or echo, not %q", *transport)
 	}
 	modeID, ok := loadgen.ResolveMode(*mode)
 	if !ok {
-		return usagef("no message pattern for mode %q (known: %s)", *mode, strings.Join(loadgen.Modes(), ", "))
+		return clikit.Usagef("no message pattern for mode %q (known: %s)", *mode, strings.Join(loadgen.Modes(), ", "))
 	}
 	if *commit && modeID != loadgen.ModeDecision {
-		return usagef("--commit is only supported with the decision mode")
+		return clikit.Usagef("--commit is only supported with the decision mode")
 	}
 	// Each call carries its sender's identity, not the connection's.
-	c.anonymous = true
-	probe, err := c.dial() // surface flag mistakes before the run
+	c.Anonymous = true
+	probe, err := c.Dial() // surface flag mistakes before the run
 	if err != nil {
 		return err
 	}
 	probe.Close()
 	cfg := loadgen.Config{
-		Addr:        c.conn.addr,
+		Addr:        c.Conn.Addr,
 		Conns:       *conns,
 		Transport:   loadgen.Transport(*transport),
 		Mode:        modeID,
 		ModeVersion: *modeVersion,
 		Sessions:    *sessions, Messages: *messages, Concurrency: *concurrency, SendersPerSession: *senders,
-		Commit: *commit, TTL: *ttl, Duration: *duration, CallTimeout: c.conn.timeout,
+		Commit: *commit, TTL: *ttl, Duration: *duration, CallTimeout: c.Conn.Timeout,
 		Initiator: *initiator, Pad: *pad, GiveUpAfter: *giveUp,
 		Dial: func(context.Context) (macpv1.MACPRuntimeServiceClient, io.Closer, error) {
-			cl, err := c.dial()
+			cl, err := c.Dial()
 			if err != nil {
 				return nil, nil, err
 			}
@@ -107,12 +98,12 @@ func (c *cli) load(args []string) error {
 	if *ackedLog != "" {
 		f, err := os.OpenFile(*ackedLog, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 		if err != nil {
-			return usagef("--acked-log: %v", err)
+			return clikit.Usagef("--acked-log: %v", err)
 		}
 		logFile = f
 		cfg.AckedLog = f
 	}
-	res, err := loadgen.Run(c.ctx, cfg)
+	res, err := loadgen.Run(c.Ctx, cfg)
 	if logFile != nil {
 		if cerr := logFile.Close(); cerr != nil && err == nil && res != nil && res.AckedLogError == "" {
 			res.AckedLogError = cerr.Error()
@@ -121,16 +112,16 @@ func (c *cli) load(args []string) error {
 	if err != nil {
 		return err
 	}
-	printLoad(c.stdout, c.conn.addr, res)
+	printLoad(c.Stdout, c.Conn.Addr, res)
 	if *jsonOut {
 		b, err := json.Marshal(res)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(c.stdout, "%s\n", b)
+		fmt.Fprintf(c.Stdout, "%s\n", b)
 	}
 	if res.AckedLogError != "" {
-		fmt.Fprintf(c.stderr, "macpctl load: acked log: %s\n", res.AckedLogError)
+		fmt.Fprintf(c.Stderr, "macpbench load: acked log: %s\n", res.AckedLogError)
 	}
 	return nil
 }
