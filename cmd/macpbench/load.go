@@ -37,6 +37,8 @@ func load(c *clikit.CLI, args []string) error {
 	initiator := c.FS.String("initiator", loadgen.DefaultInitiator, "dev identity that starts and commits sessions")
 	pad := c.FS.Int("pad", 0, "extra payload bytes per mode message")
 	giveUp := c.FS.Duration("give-up", 2*time.Second, "end the run when Sends fail and none was answered for this long (negative: never)")
+	stream := c.FS.Bool("stream", false, "drive each session over one pipelined StreamSession call: up to --window envelopes in flight, each acknowledged by its durable echo on the stream (decision or proposal, one sender)")
+	window := c.FS.Int("window", loadgen.DefaultWindow, "with --stream: envelopes in flight per stream")
 	gcPercent := c.FS.Int("gc-percent", 400, "the load generator's own Go GC percent; GOGC, when set, wins")
 	if _, err := c.Parse(args, 0); err != nil {
 		return err
@@ -58,6 +60,10 @@ func load(c *clikit.CLI, args []string) error {
 		return clikit.Usagef("--sessions 0 needs a --duration")
 	case *concurrency < 1 || *senders < 1 || *conns < 1:
 		return clikit.Usagef("--concurrency, --senders and --conns must be at least 1")
+	case *window < 1:
+		return clikit.Usagef("--window must be at least 1")
+	case *stream && (*senders != 1 || *transport != string(loadgen.TransportMACP)):
+		return clikit.Usagef("--stream drives a MACP runtime (--transport macp) with one sender per session")
 	case *ttl <= 0:
 		return clikit.Usagef("--ttl must be positive")
 	case *transport != string(loadgen.TransportMACP) && *transport != string(loadgen.TransportEcho):
@@ -66,6 +72,9 @@ func load(c *clikit.CLI, args []string) error {
 	modeID, ok := loadgen.ResolveMode(*mode)
 	if !ok {
 		return clikit.Usagef("no message pattern for mode %q (known: %s)", *mode, strings.Join(loadgen.Modes(), ", "))
+	}
+	if *stream && modeID != loadgen.ModeDecision && modeID != loadgen.ModeProposal {
+		return clikit.Usagef("--stream drives decision or proposal sessions (one sender), not %s", modeID)
 	}
 	if *commit && modeID != loadgen.ModeDecision {
 		return clikit.Usagef("--commit is only supported with the decision mode")
@@ -85,7 +94,7 @@ func load(c *clikit.CLI, args []string) error {
 		ModeVersion: *modeVersion,
 		Sessions:    *sessions, Messages: *messages, Concurrency: *concurrency, SendersPerSession: *senders,
 		Commit: *commit, TTL: *ttl, Duration: *duration, CallTimeout: c.Conn.Timeout,
-		Initiator: *initiator, Pad: *pad, GiveUpAfter: *giveUp,
+		Initiator: *initiator, Pad: *pad, GiveUpAfter: *giveUp, Stream: *stream, Window: *window,
 		Dial: func(context.Context) (macpv1.MACPRuntimeServiceClient, io.Closer, error) {
 			cl, err := c.Dial()
 			if err != nil {
@@ -131,10 +140,17 @@ func printLoad(w io.Writer, addr string, r *loadgen.Result) {
 	if r.SessionsPlanned == 0 {
 		planned = "unbounded"
 	}
-	fmt.Fprintf(w, "load: %s %s via %s at %s\n", r.Mode, r.ModeVersion, r.Transport, addr)
+	via := string(r.Transport)
+	if r.Stream {
+		via = fmt.Sprintf("pipelined StreamSession (window %d)", r.Window)
+	}
+	fmt.Fprintf(w, "load: %s %s via %s at %s\n", r.Mode, r.ModeVersion, via, addr)
 	fmt.Fprintf(w, "sessions: %s planned, %d started, %d failed to start, %d abandoned, %d committed; %d messages each, concurrency %d, %d sender(s) per session\n",
 		planned, r.SessionsStarted, r.SessionsFailed, r.SessionsAbandoned, r.SessionsCommitted, r.Messages, r.Concurrency, r.Senders)
 	fmt.Fprintf(w, "sends: %d: %d acked (%d duplicate), %d rejected, %d errors\n", r.Sends, r.Acked, r.Duplicates, r.Rejected, r.Errors)
+	if r.Unmatched > 0 {
+		fmt.Fprintf(w, "unmatched echoes: %d (envelopes echoed that none of the streams had in flight)\n", r.Unmatched)
+	}
 	fmt.Fprintf(w, "throughput: %.1f acked/s over %.3fs\n", r.Throughput, r.ElapsedSec)
 	l := r.Latency
 	fmt.Fprintf(w, "latency ms (%d answered sends): mean %.3f  p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f\n",

@@ -48,6 +48,31 @@ func TestLoad(t *testing.T) {
 	}
 }
 
+// --stream: pipelined StreamSession calls, each envelope acknowledged by
+// its echo; the acked log checks against the history.
+func TestLoadStream(t *testing.T) {
+	a := clitest.StartApp(t)
+	r := newRunner(t, nil)
+	log := filepath.Join(t.TempDir(), "acked.log")
+	res := r.Ok("load", "--addr", a.Addr(), "--insecure", "--stream", "--window", "8", "--sessions", "3", "--messages", "20",
+		"--concurrency", "2", "--commit", "--acked-log", log, "--json")
+	lines := res.Lines()
+	var got loadgen.Result
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &got); err != nil {
+		t.Fatalf("last line is not the JSON result: %v\n%s", err, res.Out)
+	}
+	if !got.Stream || got.Window != 8 || got.Acked != 3*22 || got.Sends != 3*22 || got.Errors != 0 || got.Rejected != 0 || got.Latency.Count != 3*22 {
+		t.Fatalf("%s", res.Out)
+	}
+	if !strings.Contains(res.Out, "via pipelined StreamSession (window 8)") {
+		t.Fatalf("%s", res.Out)
+	}
+	res = r.Run("check-acked", "--addr", a.Addr(), "--insecure", "--idle", "200ms", log)
+	if res.Code != 0 || !strings.Contains(res.Out, "66 acked checked, 0 missing, 0 duplicated, 0 out of order") {
+		t.Fatalf("exit %d\n%s%s", res.Code, res.Out, res.ErrOut)
+	}
+}
+
 func TestLoadEcho(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -87,6 +112,10 @@ func TestLoadUsage(t *testing.T) {
 		{"--mode", "proposal", "--commit"},
 		{"--acked-log", "/nonexistent/dir/log"},
 		{"extra"},
+		{"--stream", "--window", "0"},
+		{"--stream", "--senders", "2"},
+		{"--stream", "--transport", "echo"},
+		{"--stream", "--mode", "multi_round"},
 	} {
 		res := r.Run(append([]string{"load", "--insecure"}, args...)...)
 		if res.Code != clikit.ExitUsage {
