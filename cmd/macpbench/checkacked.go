@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/macpd/macpd/internal/clikit"
 	"os"
 	"time"
 
 	"github.com/macpd/macpd/internal/bench/loadgen"
+	"github.com/macpd/macpd/internal/clikit"
 	"github.com/macpd/macpd/sdk"
 )
 

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"github.com/macpd/macpd/internal/clikit"
-	"github.com/macpd/macpd/internal/clikit/clitest"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,6 +9,8 @@ import (
 	"testing"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/clikit"
+	"github.com/macpd/macpd/internal/clikit/clitest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"

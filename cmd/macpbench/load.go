@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/macpd/macpd/internal/clikit"
 	"io"
 	"maps"
 	"os"
@@ -15,6 +14,7 @@ import (
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/bench/loadgen"
+	"github.com/macpd/macpd/internal/clikit"
 )
 
 // load runs the load generator (internal/bench/loadgen). Send failures are

@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"github.com/macpd/macpd/internal/clikit"
-	"github.com/macpd/macpd/internal/clikit/clitest"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/macpd/macpd/internal/bench/loadgen"
+	"github.com/macpd/macpd/internal/clikit"
+	"github.com/macpd/macpd/internal/clikit/clitest"
 )
 
 func TestLoad(t *testing.T) {

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/macpd/macpd/internal/clikit"
 	"io"
 	"maps"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/macpd/macpd/internal/bench/benchrec"
+	"github.com/macpd/macpd/internal/clikit"
 )
 
 func benchRecovery(c *clikit.CLI, args []string) error {

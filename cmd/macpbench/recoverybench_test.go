@@ -2,13 +2,14 @@ package main
 
 import (
 	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
 	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store/pebblestore"
 	"github.com/macpd/macpd/internal/store/verify"
-	"path/filepath"
-	"strings"
-	"testing"
 )
 
 // recovery gen writes a directory that verify accepts and replay

@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"github.com/macpd/macpd/internal/clikit"
 	"io"
 	"strings"
 	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/clikit"
 	"github.com/macpd/macpd/internal/wire"
 	"github.com/macpd/macpd/sdk"
 	"google.golang.org/protobuf/proto"

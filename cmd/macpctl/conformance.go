@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/macpd/macpd/internal/clikit"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/macpd/macpd/internal/clikit"
 	"github.com/macpd/macpd/internal/conformance"
 )
 

@@ -1,10 +1,10 @@
 package main
 
 import (
-	"github.com/macpd/macpd/internal/clikit"
 	"strings"
 	"testing"
 
+	"github.com/macpd/macpd/internal/clikit"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/tlsconf/tlstest"
 )

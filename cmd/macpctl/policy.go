@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"github.com/macpd/macpd/internal/clikit"
 	"os"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/clikit"
 	"github.com/macpd/macpd/sdk"
 )
 

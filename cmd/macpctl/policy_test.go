@@ -2,10 +2,11 @@ package main
 
 import (
 	"context"
-	"github.com/macpd/macpd/internal/clikit"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/macpd/macpd/internal/clikit"
 )
 
 // macpctl policy register|list|get|unregister|watch against a real

@@ -2,9 +2,9 @@ package main
 
 import (
 	"fmt"
-	"github.com/macpd/macpd/internal/clikit"
 	"os"
 
+	"github.com/macpd/macpd/internal/clikit"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/store/pebblestore"
 )

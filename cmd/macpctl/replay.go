@@ -4,10 +4,10 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
-	"github.com/macpd/macpd/internal/clikit"
 	"os"
 	"strings"
 
+	"github.com/macpd/macpd/internal/clikit"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/policy"
 	"github.com/macpd/macpd/internal/session"

@@ -5,9 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/macpd/macpd/internal/clikit"
 	"os"
 
+	"github.com/macpd/macpd/internal/clikit"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/session"

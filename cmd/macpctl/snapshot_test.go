@@ -2,14 +2,13 @@ package main
 
 import (
 	"context"
-	"github.com/macpd/macpd/internal/bench/loadgen"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
-
+	"github.com/macpd/macpd/internal/bench/loadgen"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/snapshot"
 	"github.com/macpd/macpd/internal/store"

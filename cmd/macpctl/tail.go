@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/macpd/macpd/internal/clikit"
 	"io"
 	"time"
 
+	"github.com/macpd/macpd/internal/clikit"
 	"github.com/macpd/macpd/internal/wire"
 	"github.com/macpd/macpd/sdk"
 )

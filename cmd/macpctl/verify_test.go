@@ -2,12 +2,11 @@ package main
 
 import (
 	"context"
-	"github.com/macpd/macpd/internal/clikit"
 	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
-
+	"github.com/macpd/macpd/internal/clikit"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/store/pebblestore"
 )
