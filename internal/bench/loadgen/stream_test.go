@@ -2,7 +2,6 @@ package loadgen_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -88,49 +87,7 @@ func TestRunStreamRejections(t *testing.T) {
 // The server goes away mid-run: envelopes in flight are errors, the run
 // ends, and what was logged as acknowledged is in the history.
 func TestRunStreamServerDies(t *testing.T) {
-	a := startApp(t)
-	p := startProxy(t, a.Addr())
-	var log syncBuffer
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	done := make(chan *loadgen.Result, 1)
-	go func() {
-		res, err := loadgen.Run(ctx, loadgen.Config{
-			Addr: p.lis.Addr().String(), Sessions: 100000, Messages: 40, Concurrency: 4, Stream: true, Window: 8,
-			AckedLog: &log, CallTimeout: 2 * time.Second, GiveUpAfter: 300 * time.Millisecond,
-		})
-		if err != nil {
-			t.Error(err)
-		}
-		done <- res
-	}()
-	for strings.Count(log.String(), "\n") < 100 { // bounded by ctx: the run below fails if it never gets there
-		if ctx.Err() != nil {
-			t.Fatal("no progress")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	p.kill()
-	var res *loadgen.Result
-	select {
-	case res = <-done:
-	case <-ctx.Done():
-		t.Fatal("load generator did not end after the server went away")
-	}
-	if res.Errors == 0 || res.Acked == 0 || !res.GaveUp {
-		t.Fatalf("acked %d errors %d gave up %v", res.Acked, res.Errors, res.GaveUp)
-	}
-	acked, err := loadgen.ReadAckedLog(strings.NewReader(log.String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if int64(len(acked)) != res.Acked {
-		t.Fatalf("log has %d lines, %d acked", len(acked), res.Acked)
-	}
-	rep := loadgen.Checker{History: storeHistory{a.Runtime().Store()}}.Check(context.Background(), acked)
-	if !rep.OK() {
-		t.Fatalf("%s: %v", rep.Summary(), rep.Problems[:min(5, len(rep.Problems))])
-	}
+	runUntilServerDies(t, loadgen.Config{Sessions: 100000, Messages: 40, Concurrency: 4, Stream: true, Window: 8}, 100)
 }
 
 func TestRunStreamConfig(t *testing.T) {
