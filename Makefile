@@ -29,7 +29,7 @@ test: ## Run vet, the format check and all tests (race detector on)
 	set -o pipefail; go test -count=1 -v -run 'Alloc' $$(grep -rl --include='*_test.go' 'if raceEnabled' . | xargs -n1 dirname | sort -u) | grep -E '^(--- |ok|FAIL|PASS)'
 
 .PHONY: build
-build: ## Build bin/macpd and bin/macpctl
+build: ## Build bin/macpd, bin/macpctl, bin/macpbench and the benchmark ceilings (echo-bench, disksync)
 	go build -o bin/ ./cmd/...
 
 .PHONY: run

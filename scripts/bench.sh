@@ -5,7 +5,7 @@
 #   1. the raw sync rate of the disk macpd writes to (cmd/disksync: one
 #      fdatasync per append, and one per 64 appends);
 #   2. the transport ceiling: cmd/echo-bench (Send answers an ok Ack at
-#      once) driven by "macpctl load --transport echo" at 64 concurrent
+#      once) driven by "macpbench load --transport echo" at 64 concurrent
 #      sessions;
 #   3. macpd driven by the same client at 1, 16 and 64 concurrent sessions,
 #      and one session with 16 concurrent senders;
@@ -18,7 +18,18 @@
 #   5. the one-sync-per-message server: echo-bench --durable --sync-each
 #      (each Send written and synced on its own, one at a time), with one
 #      session and 16 senders: what group commit is measured against in
-#      the second reading of the 16-sender target.
+#      the second reading of the 16-sender target;
+#   6. macpd with pipelined StreamSession calls ("macpbench load --stream"):
+#      64 concurrent sessions, one stream each, up to 64 envelopes in
+#      flight per stream, each acknowledged by its echo on the stream, which
+#      the runtime sends only once the envelope is durable;
+#   7. an outside anchor when Debian's redis-server and redis-benchmark are
+#      installed (and redis-cli): Redis with appendonly yes and appendfsync always (a
+#      durable append per write, group-synced per event-loop turn), on a
+#      free port with its data in BENCH_DIR, driven by "redis-benchmark -t
+#      rpush -c 64" (64 clients, one request in flight each, values of
+#      BENCH_REDIS_VALUE bytes, default 150, about a load envelope). Without
+#      them the script runs and says the anchor was absent.
 #
 # Every round measures all of them, in that order, so each round's ratios
 # compare figures taken minutes apart. The report gives, per figure, the
@@ -39,13 +50,28 @@
 # 3), BENCH_SECS (seconds per load run, default 3), BENCH_DISK_SECS
 # (seconds per disksync setting, default 2), BENCH_MESSAGES (messages per
 # session, default 50), BENCH_RECORD (disksync record size, default 512),
-# BENCH_RAW=1 to also print every round's figures.
+# BENCH_RAW=1 to also print every round's figures, BENCH_WINDOW (stream
+# window, default 64), BENCH_SHORT=1 for a quick run (1 round, 1 s per load
+# run and disk setting unless set otherwise).
+#
+# The report ends with one machine-readable line per ratio, "ratio NAME
+# VALUE" (VALUE: the median over the rounds of the per-round ratio of
+# throughputs, or NA when a side was not measured): stream64/echo64,
+# stream64/floor64, stream64/redis64, send64/echo64, send64/floor64,
+# send1x16/floor1x16 (send: unary Send; floor: the durable echo; redis: the
+# Redis anchor).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-rounds=${BENCH_ROUNDS:-3}
-secs=${BENCH_SECS:-3}
-disk_secs=${BENCH_DISK_SECS:-2}
+short=${BENCH_SHORT:-}
+rounds=${BENCH_ROUNDS:-${short:+1}}
+rounds=${rounds:-3}
+secs=${BENCH_SECS:-${short:+1}}
+secs=${secs:-3}
+disk_secs=${BENCH_DISK_SECS:-${short:+1}}
+disk_secs=${disk_secs:-2}
+window=${BENCH_WINDOW:-64}
+redis_value=${BENCH_REDIS_VALUE:-150}
 messages=${BENCH_MESSAGES:-50}
 record=${BENCH_RECORD:-512}
 dir=${BENCH_DIR:-$root/.tmp/bench}
@@ -89,13 +115,13 @@ wait_for() {
 }
 
 log "building into $bin ..."
-(cd "$root" && go build -o "$bin/" ./cmd/macpd ./cmd/macpctl ./cmd/echo-bench ./cmd/disksync)
+(cd "$root" && go build -o "$bin/" ./cmd/macpd ./cmd/macpbench ./cmd/echo-bench ./cmd/disksync)
 
 # put NAME ROUND FIELD VALUE: one figure of one round.
 put() { printf '%s\n' "$4" >"$res/$1.$2.$3"; }
 get() { cat "$res/$1.$2.$3" 2>/dev/null || true; }
 
-# load NAME ROUND PID ADDR TRANSPORT ARGS...: one macpctl load run against
+# load NAME ROUND PID ADDR TRANSPORT ARGS...: one macpbench load run against
 # the server process PID; records throughput, latency and CPU per ack.
 load() {
 	local name=$1 round=$2 pid=$3 addr=$4 transport=$5
@@ -103,7 +129,7 @@ load() {
 	log "round $round: load $name: $* (${secs}s) ..."
 	local out c0 c1 acked
 	c0=$(cpu_ticks "$pid")
-	out=$(/usr/bin/time -f '%U %S' -o "$res/time.$name.$round" "$bin/macpctl" load --addr "$addr" --insecure \
+	out=$(/usr/bin/time -f '%U %S' -o "$res/time.$name.$round" "$bin/macpbench" load --addr "$addr" --insecure \
 		--transport "$transport" --duration "${secs}s" --messages "$messages" --json "$@")
 	c1=$(cpu_ticks "$pid")
 	[ -n "${BENCH_RAW:-}" ] && printf '%s\n' "$out" | sed '$d' | sed 's/^/    /' >&2
@@ -116,6 +142,69 @@ load() {
 	put "$name" "$round" failed "$(($(jget "$j" errors) + $(jget "$j" rejected)))"
 	put "$name" "$round" srvcpu "$(awk -v c="$((c1 - c0))" -v hz="$hz" -v n="$acked" 'BEGIN { if (n > 0) printf "%.1f", c / hz / n * 1e6 }')"
 	put "$name" "$round" clicpu "$(awk -v n="$acked" '{ if (n > 0) printf "%.1f", ($1 + $2) / n * 1e6 }' "$res/time.$name.$round")"
+}
+
+# free_port: a TCP port nothing listens on now (the kernel's choice).
+free_port() {
+	if command -v python3 >/dev/null; then
+		python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+	else
+		echo $((20000 + RANDOM % 40000))
+	fi
+}
+
+# The Redis anchor (point 7), when Redis is installed.
+redis_pid= redis_port= redis_why=
+if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null || ! command -v redis-cli >/dev/null; then
+	redis_why="redis-server, redis-benchmark and redis-cli are not all installed (apt-get install redis-server redis-tools)"
+else
+	mkdir -p "$dir/redis"
+	rm -f "$dir/redis/"*.aof "$dir/redis/appendonlydir/"* 2>/dev/null || true
+	for _ in 1 2 3 4 5; do
+		redis_port=$(free_port)
+		redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$dir/redis" --appendonly yes --appendfsync always \
+			--save '' --daemonize no --logfile "$dir/redis.log" &
+		redis_pid=$!
+		for _ in $(seq 50); do
+			[ "$(redis-cli -p "$redis_port" ping 2>/dev/null)" = PONG ] && break
+			kill -0 "$redis_pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		if kill -0 "$redis_pid" 2>/dev/null; then
+			pids+=($redis_pid)
+			break
+		fi
+		redis_pid=
+	done
+	[ -n "$redis_pid" ] || redis_why="redis-server did not start (see $dir/redis.log)"
+fi
+redis_n=
+
+# redis NAME ROUND: one redis-benchmark RPUSH run (64 clients) against the
+# Redis anchor, sized to take about BENCH_SECS (from a calibration run).
+redis() {
+	local name=$1 round=$2 out c0 c1 n
+	if [ -z "$redis_n" ]; then
+		out=$(redis-benchmark -p "$redis_port" -t rpush -c 64 -n 2000 -d "$redis_value" --csv | tail -1)
+		n=$(printf '%s' "$out" | cut -d, -f2 | tr -d '"' | cut -d. -f1)
+		redis_n=$((${n:-1000} * secs))
+		redis_n=$((redis_n < 1000 ? 1000 : redis_n))
+	fi
+	log "round $round: redis $name: redis-benchmark -t rpush -c 64 -n $redis_n -d $redis_value ..."
+	c0=$(cpu_ticks "$redis_pid")
+	out=$(/usr/bin/time -f '%U %S' -o "$res/time.$name.$round" redis-benchmark -p "$redis_port" -t rpush -c 64 -n "$redis_n" \
+		-d "$redis_value" --csv | tail -1)
+	c1=$(cpu_ticks "$redis_pid")
+	[ -n "${BENCH_RAW:-}" ] && printf '    %s\n' "$out" >&2
+	# "RPUSH","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+	local f
+	IFS=, read -r -a f <<<"$(printf '%s' "$out" | tr -d '"')"
+	put "$name" "$round" tput "${f[1]}"
+	put "$name" "$round" p50 "${f[4]}"
+	put "$name" "$round" p99 "${f[6]}"
+	put "$name" "$round" failed 0
+	put "$name" "$round" srvcpu "$(awk -v c="$((c1 - c0))" -v hz="$hz" -v n="$redis_n" 'BEGIN { if (n > 0) printf "%.1f", c / hz / n * 1e6 }')"
+	put "$name" "$round" clicpu "$(awk -v n="$redis_n" '{ if (n > 0) printf "%.1f", ($1 + $2) / n * 1e6 }' "$res/time.$name.$round")"
 }
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')
@@ -168,6 +257,8 @@ for round in $(seq "$rounds"); do
 	load decho64 "$round" "$durecho_pid" "$durecho_addr" echo --concurrency 64
 	load decho1x16 "$round" "$durecho_pid" "$durecho_addr" echo --concurrency 1 --sessions 1 --messages 100000000 --senders 16
 	load each1x16 "$round" "$each_pid" "$each_addr" echo --concurrency 1 --sessions 1 --messages 100000000 --senders 16
+	load stream64 "$round" "$macpd_pid" "$macpd_addr" macp --concurrency 64 --stream --window "$window"
+	if [ -n "$redis_pid" ]; then redis redis64 "$round"; fi
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')
 
@@ -208,7 +299,8 @@ target() {
 cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo '?')
 echo
 echo "MACP Send benchmark  $(date -u +%Y-%m-%dT%H:%M:%SZ)  $(uname -sm), $cores CPU(s), $(go version | awk '{print $3}')"
-echo "macpd store: ${store:-?} (MACP_MEMORY_ONLY=${MACP_MEMORY_ONLY:-<default>}, GOGC=${GOGC:-<default>}); ${messages} messages per Decision session"
+echo "macpd store: ${store:-?} (MACP_MEMORY_ONLY=${MACP_MEMORY_ONLY:-<default>}, GOGC=${GOGC:-<default>}); ${messages} messages per Decision session; stream window ${window}"
+echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
 echo "${rounds} rounds; ${secs}s per load run, ${disk_secs}s per disk setting; client and servers on this machine"
 echo "load average before: $load_before, after: $load_after (other work competes for the CPUs when these exceed the CPU count)"
 echo "figures: median [min-max] over the rounds"
@@ -226,8 +318,14 @@ row "macpd, 1 session x 16 concurrent senders" s1x16
 row "durable echo, 64 concurrent sessions" decho64
 row "durable echo, 1 session x 16 senders" decho1x16
 row "one sync per message, 1 x 16 senders" each1x16
+row "macpd, 64 sessions, pipelined streams" stream64
+if [ -n "$redis_pid" ]; then
+	row "redis RPUSH, appendfsync always, 64 cl." redis64
+else
+	echo "redis anchor absent: $redis_why"
+fi
 failed=0
-for n in echo64 c1 c16 c64 s1x16 decho64 decho1x16 each1x16; do
+for n in echo64 c1 c16 c64 s1x16 decho64 decho1x16 each1x16 stream64; do
 	for r in $(seq "$rounds"); do
 		f=$(get "$n" "$r" failed)
 		failed=$((failed + ${f:-0}))
@@ -270,10 +368,34 @@ printf '  %-56s %18s\n' "one-sync-per-message 1 x 16 / disk one-sync-per-append"
 if [ -n "${BENCH_RAW:-}" ]; then
 	echo
 	echo "raw figures per round (acked/s; disk: appends/s)"
-	for n in disk1 disk64 echo64 c1 c16 c64 s1x16 decho64 decho1x16 each1x16; do
+	for n in disk1 disk64 echo64 c1 c16 c64 s1x16 decho64 decho1x16 each1x16 stream64 redis64; do
 		printf '  %-8s' "$n"
 		for r in $(seq "$rounds"); do printf ' %10s' "$(get "$n" "$r" tput | cut -d. -f1)"; done
 		echo
 	done
 fi
+echo "  pipelined StreamSession (window ${window}) against the unary ceilings, the floor and the Redis anchor"
+printf '  %-56s %18s\n' "macpd 64 streams / echo 64 sessions" "$(ratio stream64 tput echo64 tput)"
+printf '  %-56s %18s\n' "macpd 64 streams / durable echo 64 sessions" "$(ratio stream64 tput decho64 tput)"
+printf '  %-56s %18s\n' "macpd 64 streams / macpd 64 sessions (unary Send)" "$(ratio stream64 tput c64 tput)"
+if [ -n "$redis_pid" ]; then
+	printf '  %-56s %18s\n' "macpd 64 streams / redis RPUSH 64 clients" "$(ratio stream64 tput redis64 tput)"
+	printf '  %-56s %18s\n' "macpd 64 sessions (unary) / redis RPUSH 64 clients" "$(ratio c64 tput redis64 tput)"
+fi
+
+# Machine-readable: one line per ratio, the median over the rounds.
+echo
+mline() {
+	local v
+	v=$(ratio "$2" tput "$3" tput)
+	v=${v%% *}
+	[ "$v" = "-" ] && v=NA
+	echo "ratio $1 $v"
+}
+mline stream64/echo64 stream64 echo64
+mline stream64/floor64 stream64 decho64
+mline stream64/redis64 stream64 redis64
+mline send64/echo64 c64 echo64
+mline send64/floor64 c64 decho64
+mline send1x16/floor1x16 s1x16 decho1x16
 rm -rf "$res"

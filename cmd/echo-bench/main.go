@@ -2,7 +2,7 @@
 // plain gRPC server whose macp.v1.MACPRuntimeService Send answers every
 // envelope at once with an ok Ack (no authentication, validation or
 // storage; every other RPC is unimplemented). Drive it with
-// "macpctl load --transport echo --insecure --addr ADDR".
+// "macpbench load --transport echo --insecure --addr ADDR".
 //
 // With --durable DIR it is instead the floor for durable servers
 // (loadgen.DurableEchoService): each Send's envelope is appended to a log

@@ -6,15 +6,16 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/macpd/macpd/internal/clikit"
 	"github.com/macpd/macpd/internal/conformance"
 )
 
 func init() {
-	commands = append(commands, command{
+	commands = append(commands, cmd(
 		"conformance", "DIR|FILE...",
 		"run conformance fixtures (spec format) against a running runtime; one line per fixture, then \"N passed, N failed\"",
 		(*cli).conformance,
-	})
+	))
 }
 
 // conformanceFailed makes macpctl exit 1 after printing its summary.
@@ -26,21 +27,21 @@ func (e conformanceFailed) Error() string { return fmt.Sprintf("%d fixture(s) fa
 // per fixture, started by the fixture's initiator, each message sent as its
 // sender with a dev bearer identity (checklist CONF-10..15).
 func (c *cli) conformance(args []string) error {
-	paths, err := c.parse(args, -1)
+	paths, err := c.Parse(args, -1)
 	if err != nil {
 		return err
 	}
 	if len(paths) == 0 {
-		return usagef("name at least one fixture directory or file")
+		return clikit.Usagef("name at least one fixture directory or file")
 	}
 	fixtures, err := conformance.LoadDirs(paths...)
 	if err != nil {
-		return usagef("%v", err)
+		return clikit.Usagef("%v", err)
 	}
 	// The connection carries no identity of its own; each call carries
 	// its fixture sender's.
-	c.anonymous = true
-	cl, err := c.dial()
+	c.Anonymous = true
+	cl, err := c.Dial()
 	if err != nil {
 		return err
 	}
@@ -48,21 +49,21 @@ func (c *cli) conformance(args []string) error {
 	target := conformance.GRPC{Client: cl.RPC()}
 	passed, failed := 0, 0
 	for _, f := range fixtures {
-		ctx, cancel := context.WithTimeout(c.ctx, c.conn.timeout+fixtureWait(f))
+		ctx, cancel := context.WithTimeout(c.Ctx, c.Conn.Timeout+fixtureWait(f))
 		res := conformance.Run(ctx, f, target, uuid.NewString())
 		cancel()
 		if res.Passed() {
 			passed++
-			fmt.Fprintf(c.stdout, "PASS %s\n", f.Name)
+			fmt.Fprintf(c.Stdout, "PASS %s\n", f.Name)
 			continue
 		}
 		failed++
-		fmt.Fprintf(c.stdout, "FAIL %s\n", f.Name)
+		fmt.Fprintf(c.Stdout, "FAIL %s\n", f.Name)
 		for _, msg := range res.Failures {
-			fmt.Fprintf(c.stdout, "     %s\n", msg)
+			fmt.Fprintf(c.Stdout, "     %s\n", msg)
 		}
 	}
-	fmt.Fprintf(c.stdout, "%d passed, %d failed\n", passed, failed)
+	fmt.Fprintf(c.Stdout, "%d passed, %d failed\n", passed, failed)
 	if failed > 0 {
 		return conformanceFailed{failed}
 	}

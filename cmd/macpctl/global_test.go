@@ -4,34 +4,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/macpd/macpd/internal/clikit"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/tlsconf/tlstest"
 )
-
-func TestSplitGlobal(t *testing.T) {
-	for _, tc := range []struct {
-		args      []string
-		pre       []string
-		name      string
-		rest      []string
-		wantError bool
-	}{
-		{[]string{"list"}, nil, "list", []string{}, false},
-		{[]string{"--addr", "h:1", "list", "--agent", "a"}, []string{"--addr", "h:1"}, "list", []string{"--agent", "a"}, false},
-		{[]string{"--addr=h:1", "-insecure", "--timeout", "2s", "get", "X"}, []string{"--addr=h:1", "-insecure", "--timeout", "2s"}, "get", []string{"X"}, false},
-		{[]string{"--insecure", "list"}, []string{"--insecure"}, "list", []string{}, false},
-		{[]string{"--agent", "coord", "-h"}, []string{"--agent", "coord"}, "-h", []string{}, false},
-		{[]string{"--version"}, nil, "--version", []string{}, false},
-		{[]string{"--bogus", "list"}, nil, "--bogus", []string{"list"}, false},
-		{[]string{"--addr"}, nil, "", nil, true},
-		{nil, nil, "", nil, false},
-	} {
-		pre, name, rest, err := splitGlobal(tc.args)
-		if (err != nil) != tc.wantError || name != tc.name || strings.Join(pre, " ") != strings.Join(tc.pre, " ") || strings.Join(rest, " ") != strings.Join(tc.rest, " ") {
-			t.Errorf("splitGlobal(%q) = %q %q %q %v", tc.args, pre, name, rest, err)
-		}
-	}
-}
 
 // Connection flags before the command name work like after it.
 func TestFlagsBeforeCommand(t *testing.T) {
@@ -44,11 +20,11 @@ func TestFlagsBeforeCommand(t *testing.T) {
 		t.Fatalf("before %q after %q mixed %q", before.out, after.out, mixed.out)
 	}
 	res := r.run("--addr")
-	if res.code != exitUsage || !strings.Contains(res.errOut, "needs a value") {
+	if res.code != clikit.ExitUsage || !strings.Contains(res.errOut, "needs a value") {
 		t.Fatalf("dangling --addr: %+v", res)
 	}
 	res = r.run("--addr", a.Addr())
-	if res.code != exitUsage || !strings.Contains(res.errOut, "usage: macpctl") {
+	if res.code != clikit.ExitUsage || !strings.Contains(res.errOut, "usage: macpctl") {
 		t.Fatalf("no command: %+v", res)
 	}
 }
@@ -68,7 +44,7 @@ func TestRefusedStartPrintsNoSessionID(t *testing.T) {
 	a := startApp(t)
 	r := runner{t, map[string]string{"MACP_ALLOW_INSECURE": "1", "MACP_ADDR": a.Addr()}}
 	res := r.run("start", "--agent", "coord", "--ttl", "1m") // Decision needs participants
-	if res.code != exitRejected || res.out != "" || !strings.Contains(res.errOut, "INVALID_ENVELOPE") || !strings.Contains(res.errOut, `"ok":false`) {
+	if res.code != clikit.ExitRejected || res.out != "" || !strings.Contains(res.errOut, "INVALID_ENVELOPE") || !strings.Contains(res.errOut, `"ok":false`) {
 		t.Fatalf("refused start: %+v", res)
 	}
 	res = r.ok("start", "--agent", "coord", "--participants", "alice")
@@ -104,24 +80,24 @@ func TestClientCertAndHints(t *testing.T) {
 		{[]string{"init", "--addr", tlsApp.Addr(), "--insecure", "--timeout", "3s"}, "may require TLS"},
 	} {
 		res := r.run(tc.args...)
-		if res.code != exitRejected || !strings.Contains(res.errOut, "hint: ") || !strings.Contains(res.errOut, tc.hint) {
+		if res.code != clikit.ExitRejected || !strings.Contains(res.errOut, "hint: ") || !strings.Contains(res.errOut, tc.hint) {
 			t.Errorf("macpctl %s: want a hint naming %q, got %+v", strings.Join(tc.args, " "), tc.hint, res)
 		}
 	}
 	res = r.run("init", "--addr", tlsApp.Addr(), "--tls-cert", cliCert)
-	if res.code != exitUsage || !strings.Contains(res.errOut, "--tls-cert and --tls-key go together") {
+	if res.code != clikit.ExitUsage || !strings.Contains(res.errOut, "--tls-cert and --tls-key go together") {
 		t.Errorf("half a key pair: %+v", res)
 	}
 
 	plain := startApp(t)
 	res = r.run("init", "--addr", plain.Addr(), "--tls-ca", caPath, "--timeout", "3s")
-	if res.code != exitRejected || !strings.Contains(res.errOut, "speaks plaintext: pass --insecure") {
+	if res.code != clikit.ExitRejected || !strings.Contains(res.errOut, "speaks plaintext: pass --insecure") {
 		t.Errorf("TLS against plaintext: %+v", res)
 	}
 	addr := plain.Addr()
 	_ = plain.Shutdown(t.Context())
 	res = r.run("init", "--addr", addr, "--insecure", "--timeout", "3s")
-	if res.code != exitRejected || !strings.Contains(res.errOut, "nothing answers at "+addr) {
+	if res.code != clikit.ExitRejected || !strings.Contains(res.errOut, "nothing answers at "+addr) {
 		t.Errorf("nothing listening: %+v", res)
 	}
 }

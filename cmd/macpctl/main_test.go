@@ -22,6 +22,7 @@ import (
 	decisionv1 "github.com/macpd/macpd/gen/macp/modes/decision/v1"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/app"
+	"github.com/macpd/macpd/internal/clikit/clitest"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/testutil"
 	"google.golang.org/protobuf/proto"
@@ -29,23 +30,7 @@ import (
 
 func startApp(t *testing.T, mutate ...func(*config.Config)) *app.App {
 	t.Helper()
-	cfg := config.Default()
-	cfg.MemoryOnly = true // tests keep history in memory; the durable default has its own tests
-	cfg.BindAddr = "127.0.0.1:0"
-	cfg.AllowInsecure = true
-	cfg.Limits.SessionStartsPerMinute, cfg.Limits.MessagesPerMinute = 0, 0 // load runs are not rate-limited
-	for _, m := range mutate {
-		m(&cfg)
-	}
-	a, err := app.New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
-	return a
+	return clitest.StartApp(t, mutate...)
 }
 
 // syncBuffer is a log sink safe for concurrent writers and a reader.
@@ -69,20 +54,15 @@ func (r runner) run(args ...string) result {
 }
 
 func (r runner) runCtx(ctx context.Context, args ...string) result {
-	r.t.Helper()
-	var out, errOut syncBuffer
-	code := run(ctx, args, func(k string) string { return r.env[k] }, &out, &errOut)
-	return result{code, out.String(), errOut.String()}
+	res := clitest.Run(ctx, run, r.env, args...)
+	return result{res.Code, res.Out, res.ErrOut}
 }
 
 // ok runs args and asserts exit 0.
 func (r runner) ok(args ...string) result {
 	r.t.Helper()
-	res := r.run(args...)
-	if res.code != 0 {
-		r.t.Fatalf("macpctl %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), res.code, res.out, res.errOut)
-	}
-	return res
+	res := clitest.Runner{T: r.t, Name: "macpctl", Main: run, Env: r.env}.Ok(args...)
+	return result{res.Code, res.Out, res.ErrOut}
 }
 
 // obj decodes one JSON object line.

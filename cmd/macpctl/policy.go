@@ -6,35 +6,36 @@ import (
 	"os"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/clikit"
 	"github.com/macpd/macpd/sdk"
 )
 
 func init() {
-	commands = append(commands, command{
-		name: "policy",
-		args: "register|list|get|unregister|watch [flags] [POLICY_ID]",
-		summary: "manage the policy registry (RFC-MACP-0012): register --id ID --mode MODE --rules JSON|--rules-file FILE, " +
+	commands = append(commands, cmd(
+		"policy",
+		"register|list|get|unregister|watch [flags] [POLICY_ID]",
+		"manage the policy registry (RFC-MACP-0012): register --id ID --mode MODE --rules JSON|--rules-file FILE, "+
 			"list [--mode MODE], get ID, unregister ID, watch [--count N]",
-		run: (*cli).policy,
-	})
+		(*cli).policy,
+	))
 }
 
 // policy runs the policy registry subcommands. Registration and removal
 // need an identity with can_manage_mode_registry (every dev identity has
 // it).
 func (c *cli) policy(args []string) error {
-	id := c.fs.String("id", "", "register: the policy id (e.g. policy.team.majority)")
-	mode := c.fs.String("mode", "", `register: the target mode id, or "*" for every mode (default "*"); list: keep this mode's policies and the mode-agnostic ones`)
-	description := c.fs.String("description", "", "register: a human-readable description")
-	rules := c.fs.String("rules", "", "register: the rules as JSON text (default {})")
-	rulesFile := c.fs.String("rules-file", "", "register: a file holding the rules JSON")
-	count := c.fs.Int("count", 0, "watch: stop after N lists (0: until interrupted)")
-	pos, err := c.parse(args, -1)
+	id := c.FS.String("id", "", "register: the policy id (e.g. policy.team.majority)")
+	mode := c.FS.String("mode", "", `register: the target mode id, or "*" for every mode (default "*"); list: keep this mode's policies and the mode-agnostic ones`)
+	description := c.FS.String("description", "", "register: a human-readable description")
+	rules := c.FS.String("rules", "", "register: the rules as JSON text (default {})")
+	rulesFile := c.FS.String("rules-file", "", "register: a file holding the rules JSON")
+	count := c.FS.Int("count", 0, "watch: stop after N lists (0: until interrupted)")
+	pos, err := c.Parse(args, -1)
 	if err != nil {
 		return err
 	}
 	if len(pos) == 0 {
-		return usagef("policy needs a subcommand: register, list, get, unregister or watch")
+		return clikit.Usagef("policy needs a subcommand: register, list, get, unregister or watch")
 	}
 	sub, pos := pos[0], pos[1:]
 	only := func(allowed ...string) error {
@@ -43,15 +44,15 @@ func (c *cli) policy(args []string) error {
 			ok[a] = true
 		}
 		for _, f := range []string{"id", "mode", "description", "rules", "rules-file", "count"} {
-			if c.set(f) && !ok[f] {
-				return usagef("policy %s does not take --%s", sub, f)
+			if c.Set(f) && !ok[f] {
+				return clikit.Usagef("policy %s does not take --%s", sub, f)
 			}
 		}
 		return nil
 	}
 	oneID := func() (string, error) {
 		if len(pos) != 1 {
-			return "", usagef("policy %s needs one POLICY_ID", sub)
+			return "", clikit.Usagef("policy %s needs one POLICY_ID", sub)
 		}
 		return pos[0], nil
 	}
@@ -61,26 +62,26 @@ func (c *cli) policy(args []string) error {
 			return err
 		}
 		if len(pos) > 0 {
-			return usagef("policy register takes flags only (--id, --mode, --rules ...)")
+			return clikit.Usagef("policy register takes flags only (--id, --mode, --rules ...)")
 		}
 		if *id == "" {
-			return usagef("policy register needs --id")
+			return clikit.Usagef("policy register needs --id")
 		}
 		text := *rules
 		switch {
 		case *rules != "" && *rulesFile != "":
-			return usagef("--rules and --rules-file are exclusive")
+			return clikit.Usagef("--rules and --rules-file are exclusive")
 		case *rulesFile != "":
 			b, err := os.ReadFile(*rulesFile)
 			if err != nil {
-				return usagef("--rules-file: %v", err)
+				return clikit.Usagef("--rules-file: %v", err)
 			}
 			text = string(b)
 		case text == "":
 			text = "{}"
 		}
 		if !json.Valid([]byte(text)) {
-			return usagef("the rules are not valid JSON")
+			return clikit.Usagef("the rules are not valid JSON")
 		}
 		m := *mode
 		if m == "" {
@@ -90,7 +91,7 @@ func (c *cli) policy(args []string) error {
 		if err != nil {
 			return err
 		}
-		return c.call(func(ctx context.Context, cl *sdk.Client) error {
+		return c.Call(func(ctx context.Context, cl *sdk.Client) error {
 			if err := cl.RegisterPolicy(ctx, d); err != nil {
 				return err
 			}
@@ -105,9 +106,9 @@ func (c *cli) policy(args []string) error {
 			return err
 		}
 		if len(pos) > 0 {
-			return usagef("policy list takes no arguments")
+			return clikit.Usagef("policy list takes no arguments")
 		}
-		return c.call(func(ctx context.Context, cl *sdk.Client) error {
+		return c.Call(func(ctx context.Context, cl *sdk.Client) error {
 			ds, err := cl.ListPolicies(ctx, *mode)
 			if err != nil {
 				return err
@@ -122,7 +123,7 @@ func (c *cli) policy(args []string) error {
 		if err != nil {
 			return err
 		}
-		return c.call(func(ctx context.Context, cl *sdk.Client) error {
+		return c.Call(func(ctx context.Context, cl *sdk.Client) error {
 			if sub == "get" {
 				d, err := cl.GetPolicy(ctx, pid)
 				if err != nil {
@@ -140,15 +141,15 @@ func (c *cli) policy(args []string) error {
 			return err
 		}
 		if len(pos) > 0 || *count < 0 {
-			return usagef("policy watch takes no arguments and a --count >= 0")
+			return clikit.Usagef("policy watch takes no arguments and a --count >= 0")
 		}
-		cl, err := c.dial()
+		cl, err := c.Dial()
 		if err != nil {
 			return err
 		}
 		defer cl.Close()
 		n := 0
-		for ds, err := range cl.WatchPolicies(c.ctx) {
+		for ds, err := range cl.WatchPolicies(c.Ctx) {
 			if err != nil {
 				return err
 			}
@@ -161,5 +162,5 @@ func (c *cli) policy(args []string) error {
 		}
 		return nil // interrupted
 	}
-	return usagef("unknown policy subcommand %q: register, list, get, unregister or watch", sub)
+	return clikit.Usagef("unknown policy subcommand %q: register, list, get, unregister or watch", sub)
 }

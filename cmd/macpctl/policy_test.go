@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/macpd/macpd/internal/clikit"
 )
 
 // macpctl policy register|list|get|unregister|watch against a real
@@ -53,11 +55,11 @@ func TestPolicyCommands(t *testing.T) {
 
 	// Bad rules are refused with the MACP code; the registry is unchanged.
 	res = r.run("policy", "register", "--id", "policy.test.bad", "--mode", "macp.mode.decision.v1", "--rules", `{"voting":{"algorithm":"coin-flip"}}`)
-	if res.code != exitRejected || !strings.Contains(res.errOut, "error: INVALID_POLICY_DEFINITION") {
+	if res.code != clikit.ExitRejected || !strings.Contains(res.errOut, "error: INVALID_POLICY_DEFINITION") {
 		t.Fatalf("bad rules: %+v", res)
 	}
 	res = r.run("policy", "get", "policy.test.bad")
-	if res.code != exitRejected || !strings.Contains(res.errOut, "UNKNOWN_POLICY_VERSION") {
+	if res.code != clikit.ExitRejected || !strings.Contains(res.errOut, "UNKNOWN_POLICY_VERSION") {
 		t.Fatalf("get bad: %+v", res)
 	}
 
@@ -70,7 +72,7 @@ func TestPolicyCommands(t *testing.T) {
 	res = r.ok("policy", "unregister", "policy.test.majority")
 	wantField(t, obj(t, res.out), true, "ok")
 	res = r.run("policy", "unregister", "policy.test.majority")
-	if res.code != exitRejected || !strings.Contains(res.errOut, "error: ") {
+	if res.code != clikit.ExitRejected || !strings.Contains(res.errOut, "error: ") {
 		t.Fatalf("unregister twice: %+v", res)
 	}
 
@@ -78,8 +80,8 @@ func TestPolicyCommands(t *testing.T) {
 		{"policy"}, {"policy", "frobnicate"}, {"policy", "register"}, {"policy", "get"},
 		{"policy", "get", "a", "b"}, {"policy", "list", "--id", "x"}, {"policy", "register", "--id", "x", "--rules", "{"},
 	} {
-		if res := r.run(args...); res.code != exitUsage {
-			t.Errorf("macpctl %s: exit %d, want %d (%s)", strings.Join(args, " "), res.code, exitUsage, res.errOut)
+		if res := r.run(args...); res.code != clikit.ExitUsage {
+			t.Errorf("macpctl %s: exit %d, want %d (%s)", strings.Join(args, " "), res.code, clikit.ExitUsage, res.errOut)
 		}
 	}
 }

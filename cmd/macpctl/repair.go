@@ -4,17 +4,18 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/macpd/macpd/internal/clikit"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/store/pebblestore"
 )
 
 func init() {
-	commands = append(commands, command{
+	commands = append(commands, cmd(
 		"repair", "[--data-dir DIR]",
-		"make a durable store whose write-ahead log is damaged start again (stop macpd first): the damaged log " +
+		"make a durable store whose write-ahead log is damaged start again (stop macpd first): the damaged log "+
 			"is moved to DIR.repair-<time>/, the sessions it may have held are quarantined, every other session is kept",
 		(*cli).repair,
-	})
+	))
 }
 
 // repair runs pebblestore.Repair on the data directory (docs/resume.md
@@ -34,16 +35,16 @@ func (c *cli) repair(args []string) error {
 		return fmt.Errorf("%w (is macpd still running on it? stop it first)", err)
 	}
 	if rep.Opened {
-		fmt.Fprintln(c.stdout, "store opens: nothing to repair")
+		fmt.Fprintln(c.Stdout, "store opens: nothing to repair")
 		return nil
 	}
 	for _, p := range rep.Moved {
-		fmt.Fprintf(c.stdout, "MOVED %s\n", p)
+		fmt.Fprintf(c.Stdout, "MOVED %s\n", p)
 	}
 	for _, id := range rep.Quarantined {
-		fmt.Fprintf(c.stdout, "QUARANTINED %s\n", id)
+		fmt.Fprintf(c.Stdout, "QUARANTINED %s\n", id)
 	}
-	fmt.Fprintf(c.stdout, "%d damaged log file(s) moved to %s, %d session(s) quarantined; start macpd again\n",
+	fmt.Fprintf(c.Stdout, "%d damaged log file(s) moved to %s, %d session(s) quarantined; start macpd again\n",
 		len(rep.Moved), rep.MovedTo, len(rep.Quarantined))
 	return nil
 }
@@ -51,16 +52,16 @@ func (c *cli) repair(args []string) error {
 // dataDirArg parses --data-dir (default MACP_DATA_DIR, then the default
 // data directory) as the only flag of args and checks that it exists.
 func (c *cli) dataDirArg(args []string) (string, error) {
-	def := c.env("MACP_DATA_DIR")
+	def := c.Env("MACP_DATA_DIR")
 	if def == "" {
 		def = config.Default().DataDir
 	}
-	dir := c.fs.String("data-dir", def, "the data directory (MACP_DATA_DIR)")
-	if _, err := c.parse(args, 0); err != nil {
+	dir := c.FS.String("data-dir", def, "the data directory (MACP_DATA_DIR)")
+	if _, err := c.Parse(args, 0); err != nil {
 		return "", err
 	}
 	if fi, err := os.Stat(*dir); err != nil || !fi.IsDir() {
-		return "", usagef("no data directory at %s (set --data-dir or MACP_DATA_DIR)", *dir)
+		return "", clikit.Usagef("no data directory at %s (set --data-dir or MACP_DATA_DIR)", *dir)
 	}
 	return *dir, nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/macpd/macpd/internal/clikit"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/policy"
 	"github.com/macpd/macpd/internal/session"
@@ -16,13 +17,13 @@ import (
 )
 
 func init() {
-	commands = append(commands, command{
+	commands = append(commands, cmd(
 		"replay", "--data-dir DIR (SESSION_ID | --all) [--policy-file FILE | --mode-version V]",
-		"replay stored sessions offline through the core (stop macpd first) and print JSON: final state, outcome, " +
-			"bound versions with their determinism class, snapshot id; exit 0 only if all equals what was stored. " +
+		"replay stored sessions offline through the core (stop macpd first) and print JSON: final state, outcome, "+
+			"bound versions with their determinism class, snapshot id; exit 0 only if all equals what was stored. "+
 			"--policy-file / --mode-version: a what-if under another bound version, with the first diverging sequence number",
 		(*cli).replay,
-	})
+	))
 }
 
 // replayDiverged makes macpctl exit 1 after printing its output.
@@ -71,28 +72,28 @@ type whatIfJSON struct {
 
 func (c *cli) replay(args []string) error {
 	keys := c.registerSnapshotKeyFlags()
-	def := cmp.Or(c.env("MACP_DATA_DIR"), config.Default().DataDir)
-	dir := c.fs.String("data-dir", def, "the data directory (MACP_DATA_DIR)")
-	all := c.fs.Bool("all", false, "replay every stored session; prints diverged sessions, then \"N sessions replayed, N diverged\"")
-	policyFile := c.fs.String("policy-file", "", "what-if: bind this RFC-MACP-0012 policy descriptor (JSON) instead of the stored one")
-	modeVersion := c.fs.String("mode-version", "", "what-if: bind this mode version instead of the stored one")
-	pos, err := c.parse(args, -1)
+	def := cmp.Or(c.Env("MACP_DATA_DIR"), config.Default().DataDir)
+	dir := c.FS.String("data-dir", def, "the data directory (MACP_DATA_DIR)")
+	all := c.FS.Bool("all", false, "replay every stored session; prints diverged sessions, then \"N sessions replayed, N diverged\"")
+	policyFile := c.FS.String("policy-file", "", "what-if: bind this RFC-MACP-0012 policy descriptor (JSON) instead of the stored one")
+	modeVersion := c.FS.String("mode-version", "", "what-if: bind this mode version instead of the stored one")
+	pos, err := c.Parse(args, -1)
 	if err != nil {
 		return err
 	}
 	switch {
 	case *all && len(pos) > 0:
-		return usagef("give a session id or --all, not both")
+		return clikit.Usagef("give a session id or --all, not both")
 	case !*all && len(pos) != 1:
-		return usagef("give one session id, or --all")
+		return clikit.Usagef("give one session id, or --all")
 	case *policyFile != "" && *modeVersion != "":
-		return usagef("--policy-file and --mode-version are separate what-ifs; pick one")
+		return clikit.Usagef("--policy-file and --mode-version are separate what-ifs; pick one")
 	}
 	var rb *snapshot.Rebind
 	if *policyFile != "" {
 		d, err := readPolicyFile(*policyFile)
 		if err != nil {
-			return usagef("--policy-file: %v", err)
+			return clikit.Usagef("--policy-file: %v", err)
 		}
 		rb = &snapshot.Rebind{Policy: &d}
 	} else if *modeVersion != "" {
@@ -105,16 +106,16 @@ func (c *cli) replay(args []string) error {
 	defer st.Close()
 	ids := pos
 	if *all {
-		if err := st.List(c.ctx, func(info store.SessionInfo) error { ids = append(ids, info.SessionID); return nil }); err != nil {
+		if err := st.List(c.Ctx, func(info store.SessionInfo) error { ids = append(ids, info.SessionID); return nil }); err != nil {
 			return err
 		}
 	}
 	o := snapshot.Options{EventSource: *keys.eventSource, ServerID: *keys.serverID}
 	lim := session.DefaultLimits()
 	diverged := 0
-	enc := json.NewEncoder(c.stdout)
+	enc := json.NewEncoder(c.Stdout)
 	for _, id := range ids {
-		if err := c.ctx.Err(); err != nil {
+		if err := c.Ctx.Err(); err != nil {
 			return err
 		}
 		var out any
@@ -136,7 +137,7 @@ func (c *cli) replay(args []string) error {
 		}
 	}
 	if *all {
-		fmt.Fprintf(c.stdout, "%d sessions replayed, %d diverged\n", len(ids), diverged)
+		fmt.Fprintf(c.Stdout, "%d sessions replayed, %d diverged\n", len(ids), diverged)
 	}
 	if diverged > 0 && rb == nil {
 		return replayDiverged{diverged}
@@ -148,13 +149,13 @@ func (c *cli) replay(args []string) error {
 // internal/store/verify) and reports what the replay produced.
 func (c *cli) replayOne(st store.Store, modes session.Modes, lim session.Limits, id string, o snapshot.Options) replayJSON {
 	r := replayJSON{SessionID: id}
-	info, err := st.Info(c.ctx, id)
+	info, err := st.Info(c.Ctx, id)
 	if err != nil {
 		r.Error = err.Error()
 		return r
 	}
-	v := verify.Session(c.ctx, st, info, modes, lim)
-	recs, err := snapshot.StoreSource{Store: st}.Records(c.ctx, id)
+	v := verify.Session(c.Ctx, st, info, modes, lim)
+	recs, err := snapshot.StoreSource{Store: st}.Records(c.Ctx, id)
 	if err != nil {
 		r.Error = err.Error()
 		return r
@@ -187,7 +188,7 @@ func (c *cli) replayOne(st store.Store, modes session.Modes, lim session.Limits,
 
 func (c *cli) whatIf(st store.Store, modes session.Modes, lim session.Limits, id string, rb snapshot.Rebind, o snapshot.Options) whatIfJSON {
 	w := whatIfJSON{SessionID: id}
-	recs, err := snapshot.StoreSource{Store: st}.Records(c.ctx, id)
+	recs, err := snapshot.StoreSource{Store: st}.Records(c.Ctx, id)
 	if err != nil {
 		w.Error = err.Error()
 		return w

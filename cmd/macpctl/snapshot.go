@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/macpd/macpd/internal/clikit"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/session"
@@ -18,12 +19,12 @@ import (
 )
 
 func init() {
-	commands = append(commands, command{
+	commands = append(commands, cmd(
 		"snapshot", "SESSION_ID [--payload] [--profile strict] [--decay-runs N] [--data-dir DIR]",
-		"print a session's session_state_window_v1 report (or with --payload its snapshot payload): " +
+		"print a session's session_state_window_v1 report (or with --payload its snapshot payload): "+
 			"from a running runtime (GetSession + a passive StreamSession), or offline from --data-dir",
 		(*cli).snapshot,
-	})
+	))
 }
 
 // snapshotFlags are the key flags snapshot and replay share.
@@ -34,9 +35,9 @@ type snapshotFlags struct {
 func (c *cli) registerSnapshotKeyFlags() snapshotFlags {
 	def := config.DefaultSnapshots()
 	return snapshotFlags{
-		eventSource: c.fs.String("event-source", cmp.Or(c.env("MACP_EVENT_SOURCE"), def.EventSource),
+		eventSource: c.FS.String("event-source", cmp.Or(c.Env("MACP_EVENT_SOURCE"), def.EventSource),
 			"event_source of the session key; must equal the server's for equal ids (env MACP_EVENT_SOURCE)"),
-		serverID: c.fs.String("server-id", cmp.Or(c.env("MACP_SERVER_ID"), def.ServerID),
+		serverID: c.FS.String("server-id", cmp.Or(c.Env("MACP_SERVER_ID"), def.ServerID),
 			"server_id of the session key; must equal the server's for equal ids (env MACP_SERVER_ID)"),
 	}
 }
@@ -46,13 +47,13 @@ func (c *cli) registerSnapshotKeyFlags() snapshotFlags {
 // extension modes registered in the store).
 func (c *cli) openDataDir(dir string) (store.Store, session.Modes, error) {
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return nil, nil, usagef("no data directory at %s", dir)
+		return nil, nil, clikit.Usagef("no data directory at %s", dir)
 	}
 	st, err := pebblestore.Open(dir, pebblestore.Options{ReadOnly: true})
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w (is macpd still running on it? stop it first)", err)
 	}
-	modes, err := verify.StoredModes(c.ctx, st, builtin.Modes())
+	modes, err := verify.StoredModes(c.Ctx, st, builtin.Modes())
 	if err != nil {
 		st.Close()
 		return nil, nil, err
@@ -68,27 +69,27 @@ func (c *cli) openDataDir(dir string) (store.Store, session.Modes, error) {
 // core. Both give the same id (docs/snapshots.md).
 func (c *cli) snapshot(args []string) error {
 	keys := c.registerSnapshotKeyFlags()
-	payload := c.fs.Bool("payload", false, "print the snapshot payload (RFC 8785 JSON) instead of the report")
-	profile := c.fs.String("profile", "default", "privacy profile: default (payload hashes) or strict (none)")
-	decay := c.fs.Int("decay-runs", 0, "a cross_session_decay window over this many subsequent sessions (0: session window)")
-	dataDir := c.fs.String("data-dir", "", "read this data directory offline instead of a running runtime (stop macpd first)")
-	pos, err := c.parse(args, 1)
+	payload := c.FS.Bool("payload", false, "print the snapshot payload (RFC 8785 JSON) instead of the report")
+	profile := c.FS.String("profile", "default", "privacy profile: default (payload hashes) or strict (none)")
+	decay := c.FS.Int("decay-runs", 0, "a cross_session_decay window over this many subsequent sessions (0: session window)")
+	dataDir := c.FS.String("data-dir", "", "read this data directory offline instead of a running runtime (stop macpd first)")
+	pos, err := c.Parse(args, 1)
 	if err != nil {
 		return err
 	}
 	prof, err := snapshot.ParseProfile(*profile)
 	if err != nil {
-		return usagef("%v", err)
+		return clikit.Usagef("%v", err)
 	}
 	if *decay < 0 {
-		return usagef("--decay-runs must not be negative")
+		return clikit.Usagef("--decay-runs must not be negative")
 	}
 	o := snapshot.Options{EventSource: *keys.eventSource, ServerID: *keys.serverID, Profile: prof, DecayRuns: *decay}
 	var in snapshot.Input
 	if *dataDir != "" {
 		in, o.Subsequent, err = c.offlineInput(*dataDir, pos[0], *decay)
 	} else {
-		err = c.call(func(ctx context.Context, cl *sdk.Client) error {
+		err = c.Call(func(ctx context.Context, cl *sdk.Client) error {
 			var err error
 			in, o.Subsequent, err = snapshot.FromRuntime(ctx, cl.RPC(), pos[0], *decay)
 			return err
@@ -111,7 +112,7 @@ func (c *cli) snapshot(args []string) error {
 			return err
 		}
 	}
-	_, err = fmt.Fprintf(c.stdout, "%s\n", out)
+	_, err = fmt.Fprintf(c.Stdout, "%s\n", out)
 	return err
 }
 
@@ -122,7 +123,7 @@ func (c *cli) offlineInput(dir, sessionID string, decay int) (snapshot.Input, []
 	}
 	defer st.Close()
 	src := snapshot.StoreSource{Store: st}
-	recs, err := src.Records(c.ctx, sessionID)
+	recs, err := src.Records(c.Ctx, sessionID)
 	if errors.Is(err, store.ErrNotFound) {
 		return snapshot.Input{}, nil, fmt.Errorf("SESSION_NOT_FOUND: session %s is not in %s", sessionID, dir)
 	}
@@ -135,7 +136,7 @@ func (c *cli) offlineInput(dir, sessionID string, decay int) (snapshot.Input, []
 	}
 	var sub []string
 	if decay > 0 {
-		starts, err := src.Starts(c.ctx)
+		starts, err := src.Starts(c.Ctx)
 		if err != nil {
 			return snapshot.Input{}, nil, err
 		}

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
-
+	"github.com/macpd/macpd/internal/bench/loadgen"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/snapshot"
 	"github.com/macpd/macpd/internal/store"
@@ -174,8 +174,15 @@ func TestReplayAllLoadGenerator(t *testing.T) {
 	dir := t.TempDir()
 	a := startApp(t, func(c *config.Config) { c.MemoryOnly, c.DataDir = false, dir })
 	r := runner{t, map[string]string{"MACP_ADDR": a.Addr(), "MACP_ALLOW_INSECURE": "1"}}
-	r.ok("load", "--sessions", "40", "--messages", "6", "--concurrency", "4", "--commit")
-	r.ok("load", "--sessions", "10", "--messages", "4", "--concurrency", "2", "--senders", "2")
+	for _, cfg := range []loadgen.Config{
+		{Addr: a.Addr(), Sessions: 40, Messages: 6, Concurrency: 4, Commit: true},
+		{Addr: a.Addr(), Sessions: 10, Messages: 4, Concurrency: 2, SendersPerSession: 2},
+	} {
+		res, err := loadgen.Run(context.Background(), cfg)
+		if err != nil || res.Errors != 0 || res.Rejected != 0 || res.SessionsStarted != int64(cfg.Sessions) {
+			t.Fatalf("load %+v: %v %+v", cfg, err, res)
+		}
+	}
 	if err := a.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -7,13 +7,14 @@ import (
 	"io"
 	"time"
 
+	"github.com/macpd/macpd/internal/clikit"
 	"github.com/macpd/macpd/internal/wire"
 	"github.com/macpd/macpd/sdk"
 )
 
 func init() {
-	commands = append(commands, command{"tail", "SESSION_ID [--after N] [--count N]",
-		"follow a session: one JSON line per accepted envelope with its sequence number, resuming by itself after a disconnect; ends when the session does", (*cli).tail})
+	commands = append(commands, cmd("tail", "SESSION_ID [--after N] [--count N]",
+		"follow a session: one JSON line per accepted envelope with its sequence number, resuming by itself after a disconnect; ends when the session does", (*cli).tail))
 }
 
 // tailLine is one line of macpctl tail: the envelope's sequence number
@@ -28,23 +29,23 @@ type tailLine struct {
 // Go SDK's Subscribe): it resubscribes from the last printed sequence
 // number after a transport failure, so nothing is missed or printed twice.
 func (c *cli) tail(args []string) error {
-	after := c.fs.Uint64("after", 0, "print the envelopes after this sequence number (0: from the SessionStart)")
-	count := c.fs.Int("count", 0, "stop after N envelopes (0: until the session ends or interrupted)")
-	pos, err := c.parse(args, 1)
+	after := c.FS.Uint64("after", 0, "print the envelopes after this sequence number (0: from the SessionStart)")
+	count := c.FS.Int("count", 0, "stop after N envelopes (0: until the session ends or interrupted)")
+	pos, err := c.Parse(args, 1)
 	if err != nil {
 		return err
 	}
 	if *count < 0 {
-		return usagef("--count must not be negative")
+		return clikit.Usagef("--count must not be negative")
 	}
-	cl, err := c.dial()
+	cl, err := c.Dial()
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	sub := cl.Subscribe(c.ctx, pos[0], *after, sdk.WithReconnectBackoff(200*time.Millisecond, 5*time.Second),
+	sub := cl.Subscribe(c.Ctx, pos[0], *after, sdk.WithReconnectBackoff(200*time.Millisecond, 5*time.Second),
 		sdk.WithReconnectHook(func(attempt int, err error) {
-			fmt.Fprintf(c.stderr, "tail: reconnecting (attempt %d): %v\n", attempt, err)
+			fmt.Fprintf(c.Stderr, "tail: reconnecting (attempt %d): %v\n", attempt, err)
 		}))
 	defer sub.Close()
 	for n := 0; *count == 0 || n < *count; n++ {
@@ -53,7 +54,7 @@ func (c *cli) tail(args []string) error {
 			return nil // the session ended and everything was printed
 		}
 		if err != nil {
-			if c.ctx.Err() != nil {
+			if c.Ctx.Err() != nil {
 				return nil // interrupted
 			}
 			return err
@@ -62,7 +63,7 @@ func (c *cli) tail(args []string) error {
 		if err != nil {
 			return err
 		}
-		if _, err := fmt.Fprintf(c.stdout, "%s\n", b); err != nil {
+		if _, err := fmt.Fprintf(c.Stdout, "%s\n", b); err != nil {
 			return err
 		}
 	}

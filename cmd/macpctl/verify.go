@@ -10,12 +10,12 @@ import (
 )
 
 func init() {
-	commands = append(commands, command{
+	commands = append(commands, cmd(
 		"verify", "[--data-dir DIR]",
-		"check a durable store offline (stop macpd first): every session's hash chain and a full replay; " +
+		"check a durable store offline (stop macpd first): every session's hash chain and a full replay; "+
 			"one line per session, then \"N sessions verified, N failed\"",
 		(*cli).verify,
-	})
+	))
 }
 
 // verifyFailed makes macpctl exit 1 after printing its summary.
@@ -41,21 +41,21 @@ func (c *cli) verify(args []string) error {
 		return fmt.Errorf("%w (is macpd still running on it? stop it first)", err)
 	}
 	defer st.Close()
-	modes, err := verify.StoredModes(c.ctx, st, builtin.Modes())
+	modes, err := verify.StoredModes(c.Ctx, st, builtin.Modes())
 	if err != nil {
 		return err
 	}
-	ok, failed, err := verify.Verify(c.ctx, st, modes, session.DefaultLimits(), func(r verify.SessionResult) {
+	ok, failed, err := verify.Verify(c.Ctx, st, modes, session.DefaultLimits(), func(r verify.SessionResult) {
 		if r.OK() {
-			fmt.Fprintf(c.stdout, "OK   %s %s %d records %s\n", r.SessionID, r.Status, r.Records, verify.HashString(r.FinalHash))
+			fmt.Fprintf(c.Stdout, "OK   %s %s %d records %s\n", r.SessionID, r.Status, r.Records, verify.HashString(r.FinalHash))
 			return
 		}
-		fmt.Fprintf(c.stdout, "FAIL %s: %v\n", r.SessionID, r.Err)
+		fmt.Fprintf(c.Stdout, "FAIL %s: %v\n", r.SessionID, r.Err)
 	})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.stdout, "%d sessions verified, %d failed\n", ok, failed)
+	fmt.Fprintf(c.Stdout, "%d sessions verified, %d failed\n", ok, failed)
 	if failed > 0 {
 		return verifyFailed{failed}
 	}

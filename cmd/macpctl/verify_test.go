@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
-
+	"github.com/macpd/macpd/internal/clikit"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/store/pebblestore"
 )
@@ -90,7 +90,7 @@ func TestVerifyDataDir(t *testing.T) {
 		t.Fatalf("second run differs:\n%s\nvs\n%s", res2.out, res.out)
 	}
 
-	if res := r.run("verify", "--data-dir", dir+"/missing"); res.code != exitUsage {
+	if res := r.run("verify", "--data-dir", dir+"/missing"); res.code != clikit.ExitUsage {
 		t.Fatalf("verify of a missing directory: exit %d", res.code)
 	}
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/macpd/macpd/internal/auth"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/httpapi"
-	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/policy"
 	"github.com/macpd/macpd/internal/runtime"
@@ -59,10 +58,6 @@ type App struct {
 	snap *snapshots   // snapshots.go
 	http *httpBinding // nil unless cfg.HTTP.Addr is set (http.go)
 }
-
-// BuiltinModes returns the registry of modes this build ships
-// (builtin.Modes).
-func BuiltinModes() *mode.Registry { return builtin.Modes() }
 
 // NewLogger builds the structured logger the config asks for.
 func NewLogger(cfg config.Config, w io.Writer) *slog.Logger {
@@ -115,7 +110,7 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 		MaxPayloadBytes: cfg.MaxPayloadBytes,
 		MaxStartSkewMs:  cfg.StartSkew.Milliseconds(),
 	}
-	rt := runtime.New(st, BuiltinModes(), policy.DefaultOnly{}, runtime.Options{
+	rt := runtime.New(st, builtin.Modes(), policy.DefaultOnly{}, runtime.Options{
 		Limits:                      lim,
 		MaxOpenSessionsPerInitiator: cfg.MaxOpenSessions,
 		Rates:                       runtimeRates(cfg),   // limits.go

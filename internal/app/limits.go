@@ -17,22 +17,7 @@ func runtimeRates(cfg config.Config) runtime.RateLimits {
 }
 
 // serverLimits are the transport limits of the gRPC binding.
-func serverLimits(cfg config.Config) server.Limits {
-	l := cfg.Limits
-	return server.Limits{
-		MaxConcurrentStreams:  uint32(l.MaxConcurrentStreams), // validated to fit
-		MaxStreamsPerIdentity: l.MaxStreamsPerIdentity,
-		MaxStreamsPerSession:  l.MaxStreamsPerSession,
-		UnaryTimeout:          l.UnaryTimeout,
-		HandshakeTimeout:      l.HandshakeTimeout,
-		MaxConnectionIdle:     l.MaxConnectionIdle,
-		KeepaliveTime:         l.KeepaliveTime,
-		KeepaliveTimeout:      l.KeepaliveTimeout,
-		KeepaliveMinTime:      l.KeepaliveMinTime,
-		MaxConnectionsPerAddr: l.MaxConnectionsPerAddr,
-		FirstCallTimeout:      l.FirstCallTimeout,
-	}
-}
+func serverLimits(cfg config.Config) server.Limits { return cfg.Limits.Transport }
 
 // streamBuffers are the bounds of stream buffers (runtime/streambudget.go).
 func streamBuffers(cfg config.Config) runtime.StreamBudgetOptions {

@@ -7,6 +7,8 @@ import (
 	"math"
 	"strconv"
 	"time"
+
+	"github.com/macpd/macpd/internal/limits"
 )
 
 // LimitsConfig holds the abuse limits (docs/security.md "Limits"). Every
@@ -26,39 +28,22 @@ type LimitsConfig struct {
 	// in the listen backlog until one closes (MACP_MAX_CONNECTIONS,
 	// --max-connections).
 	MaxConnections int
-	// MaxConcurrentStreams caps concurrent calls (HTTP/2 streams) per
-	// connection (MACP_MAX_CONCURRENT_STREAMS, --max-concurrent-streams).
-	MaxConcurrentStreams int
-	// MaxStreamsPerIdentity caps the streaming calls (StreamSession and the
-	// Watch* calls) one identity has open at once; unauthenticated
-	// discovery watches count per client address
-	// (MACP_MAX_STREAMS_PER_IDENTITY, --max-streams-per-identity).
-	MaxStreamsPerIdentity int
-	// MaxStreamsPerSession caps the StreamSession streams attached to one
-	// session (MACP_MAX_STREAMS_PER_SESSION, --max-streams-per-session).
-	MaxStreamsPerSession int
-	// UnaryTimeout bounds every unary call: a client deadline that is later
-	// or absent is replaced by it (MACP_UNARY_TIMEOUT_MS, --unary-timeout).
-	UnaryTimeout time.Duration
-	// HandshakeTimeout bounds a new connection's TLS handshake and HTTP/2
-	// preface; 0 means gRPC's default, 120 s (MACP_HANDSHAKE_TIMEOUT_MS,
-	// --handshake-timeout).
-	HandshakeTimeout time.Duration
-	// MaxConnectionIdle closes (GOAWAY) a connection that has had no call
-	// in flight for this long (MACP_MAX_CONNECTION_IDLE_MS,
-	// --max-connection-idle).
-	MaxConnectionIdle time.Duration
-	// KeepaliveTime is how long a connection may be silent before the
-	// server pings it; KeepaliveTimeout how long it then waits for the
-	// answer before closing it. 0 means gRPC's defaults, 2 h and 20 s
-	// (MACP_KEEPALIVE_TIME_MS, --keepalive-time; MACP_KEEPALIVE_TIMEOUT_MS,
-	// --keepalive-timeout).
-	KeepaliveTime, KeepaliveTimeout time.Duration
-	// KeepaliveMinTime is the shortest interval at which clients may send
-	// keepalive pings (with or without calls in flight); a client pinging
-	// more often is disconnected (GOAWAY ENHANCE_YOUR_CALM). 0 means gRPC's
-	// default, 5 min (MACP_KEEPALIVE_MIN_TIME_MS, --keepalive-min-time).
-	KeepaliveMinTime time.Duration
+	// Transport are the limits the gRPC binding enforces, one type with
+	// server.Limits (documented in internal/limits). Their settings:
+	// MaxConcurrentStreams (MACP_MAX_CONCURRENT_STREAMS,
+	// --max-concurrent-streams), MaxStreamsPerIdentity
+	// (MACP_MAX_STREAMS_PER_IDENTITY, --max-streams-per-identity),
+	// MaxStreamsPerSession (MACP_MAX_STREAMS_PER_SESSION,
+	// --max-streams-per-session), UnaryTimeout (MACP_UNARY_TIMEOUT_MS,
+	// --unary-timeout), HandshakeTimeout (MACP_HANDSHAKE_TIMEOUT_MS,
+	// --handshake-timeout), MaxConnectionIdle (MACP_MAX_CONNECTION_IDLE_MS,
+	// --max-connection-idle), KeepaliveTime, KeepaliveTimeout and
+	// KeepaliveMinTime (MACP_KEEPALIVE_TIME_MS, MACP_KEEPALIVE_TIMEOUT_MS,
+	// MACP_KEEPALIVE_MIN_TIME_MS; --keepalive-time, --keepalive-timeout,
+	// --keepalive-min-time), MaxConnectionsPerAddr
+	// (MACP_MAX_CONNECTIONS_PER_ADDR, --max-connections-per-addr),
+	// FirstCallTimeout (MACP_FIRST_CALL_TIMEOUT_MS, --first-call-timeout).
+	limits.Transport
 	// StreamBufferBytes bounds what one stream holds for a client that has
 	// not taken it yet (records read for it, queued, or in the HTTP/2 send
 	// queue); one record is always allowed (MACP_STREAM_BUFFER_BYTES,
@@ -72,14 +57,6 @@ type LimitsConfig struct {
 	// client resumes from its cursor (MACP_STREAM_STALL_TIMEOUT_MS,
 	// --stream-stall-timeout). 0 = never.
 	StreamStallTimeout time.Duration
-	// MaxConnectionsPerAddr caps the connections one client IP address has
-	// open; further ones are closed when accepted
-	// (MACP_MAX_CONNECTIONS_PER_ADDR, --max-connections-per-addr).
-	MaxConnectionsPerAddr int
-	// FirstCallTimeout closes a connection that has not started a call this
-	// long after it was accepted (MACP_FIRST_CALL_TIMEOUT_MS,
-	// --first-call-timeout).
-	FirstCallTimeout time.Duration
 	// MaxExtModes, MaxPolicies and MaxDescriptorBytes bound what clients
 	// may register (MACP_MAX_EXT_MODES, MACP_MAX_POLICIES,
 	// MACP_MAX_DESCRIPTOR_BYTES; --max-ext-modes, --max-policies,
@@ -94,21 +71,23 @@ func DefaultLimits() LimitsConfig {
 		SessionStartsPerMinute: 60,
 		MessagesPerMinute:      600,
 		MaxConnections:         4096,
-		MaxConcurrentStreams:   100,
-		MaxStreamsPerIdentity:  256,
-		MaxStreamsPerSession:   1024,
-		UnaryTimeout:           30 * time.Second,
-		HandshakeTimeout:       10 * time.Second,
-		MaxConnectionIdle:      5 * time.Minute,
-		KeepaliveTime:          time.Minute,
-		KeepaliveTimeout:       20 * time.Second,
-		KeepaliveMinTime:       10 * time.Second,
+		Transport: limits.Transport{
+			MaxConcurrentStreams:  100,
+			MaxStreamsPerIdentity: 256,
+			MaxStreamsPerSession:  1024,
+			UnaryTimeout:          30 * time.Second,
+			HandshakeTimeout:      10 * time.Second,
+			MaxConnectionIdle:     5 * time.Minute,
+			KeepaliveTime:         time.Minute,
+			KeepaliveTimeout:      20 * time.Second,
+			KeepaliveMinTime:      10 * time.Second,
+			MaxConnectionsPerAddr: 128,
+			FirstCallTimeout:      15 * time.Second,
+		},
 		// What one stream and all streams may hold (runtime/streambudget.go).
 		StreamBufferBytes:       1 << 20,
 		StreamBufferBudgetBytes: 256 << 20,
 		StreamStallTimeout:      30 * time.Second,
-		MaxConnectionsPerAddr:   128,
-		FirstCallTimeout:        15 * time.Second,
 		MaxExtModes:             64,
 		MaxPolicies:             256,
 		MaxDescriptorBytes:      128 << 10, // a policy's rules alone may take 64 KiB

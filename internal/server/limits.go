@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"sync"
-	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
@@ -22,44 +21,9 @@ import (
 // (docs/security.md "Limits"). Payload size is Options.MaxRecvBytes;
 // per-sender rates and open sessions are the runtime's.
 
-// Limits are the gRPC binding's abuse limits (Options.Limits). A zero field
-// disables its limit (or, for the keepalive and handshake settings,
-// leaves gRPC's default).
-type Limits struct {
-	// MaxConcurrentStreams caps concurrent calls per connection (HTTP/2
-	// SETTINGS_MAX_CONCURRENT_STREAMS).
-	MaxConcurrentStreams uint32
-	// MaxStreamsPerIdentity caps the streaming calls one identity has open;
-	// unauthenticated discovery watches count per client IP address.
-	MaxStreamsPerIdentity int
-	// MaxStreamsPerSession caps the StreamSession streams attached to one
-	// session by its members and observers.
-	MaxStreamsPerSession int
-	// UnaryTimeout is the longest a unary call may run: a client deadline
-	// that is later or absent is replaced by it. Send is the exception:
-	// its only open-ended wait is its commit, which the runtime bounds
-	// (runtime.Options.CommitTimeout; the app sets both from one setting).
-	UnaryTimeout time.Duration
-	// HandshakeTimeout bounds a new connection's TLS handshake and HTTP/2
-	// preface (grpc.ConnectionTimeout).
-	HandshakeTimeout time.Duration
-	// MaxConnectionIdle sends GOAWAY to a connection that had no call in
-	// flight for this long, so idle connections do not pile up.
-	MaxConnectionIdle time.Duration
-	// KeepaliveTime and KeepaliveTimeout: a connection silent for
-	// KeepaliveTime is pinged, and closed if the ping is not answered
-	// within KeepaliveTimeout (dead peers release their streams).
-	KeepaliveTime, KeepaliveTimeout time.Duration
-	// KeepaliveMinTime is the shortest client ping interval tolerated;
-	// faster pingers are disconnected (ENHANCE_YOUR_CALM).
-	KeepaliveMinTime time.Duration
-	// MaxConnectionsPerAddr caps the connections one client IP address has
-	// open; further ones are closed when accepted (connguard.go).
-	MaxConnectionsPerAddr int
-	// FirstCallTimeout closes a connection that has not started a call this
-	// long after it was accepted (connguard.go).
-	FirstCallTimeout time.Duration
-}
+// Limits are the gRPC binding's abuse limits (Options.Limits): the
+// configuration's type (limits.Transport), documented there.
+type Limits = limits.Transport
 
 // streamLimits are the Service's stream counters.
 type streamLimits struct {
@@ -98,7 +62,7 @@ func (s *Service) limitOptions() []grpc.ServerOption {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: l.KeepaliveMinTime, PermitWithoutStream: true}),
 	}
 	if l.MaxConcurrentStreams > 0 {
-		opts = append(opts, grpc.MaxConcurrentStreams(l.MaxConcurrentStreams))
+		opts = append(opts, grpc.MaxConcurrentStreams(uint32(l.MaxConcurrentStreams)))
 	}
 	if l.HandshakeTimeout > 0 {
 		opts = append(opts, grpc.ConnectionTimeout(l.HandshakeTimeout))

@@ -12,7 +12,7 @@
 //     envelopes per second, and the Go heap held by the OPEN sessions once
 //     replayed (Replay).
 //
-// macpctl bench-recovery is its command line; docs/benchmarks.md has the
+// macpbench recovery is its command line; docs/benchmarks.md has the
 // figures and the commands that produced them.
 package benchrec
 
@@ -50,7 +50,7 @@ type Mix struct {
 	Expired   float64 `json:"expired"`   // ended by TTL (an Expire record)
 }
 
-// Mixes by name (GenConfig.Mix, macpctl bench-recovery gen --mix).
+// Mixes by name (GenConfig.Mix, macpbench recovery gen --mix).
 var Mixes = map[string]Mix{
 	// realistic: sessions last minutes while history is kept for days, so
 	// most stored sessions have ended; one in ten is still open.
@@ -303,7 +303,7 @@ func ReadManifest(ctx context.Context, dir string) (*Manifest, error) {
 		return nil, err
 	}
 	if man == nil {
-		return nil, fmt.Errorf("benchrec: %s was not written by macpctl bench-recovery gen (no %s meta key)", dir, MetaKey)
+		return nil, fmt.Errorf("benchrec: %s was not written by macpbench recovery gen (no %s meta key)", dir, MetaKey)
 	}
 	man.DiskBytes = dirSize(dir)
 	return man, nil

@@ -1,6 +1,6 @@
 // Package loadgen drives a MACP runtime over gRPC with many sessions and
 // reports throughput and latency percentiles (issue #4 items 7 and 9). It
-// is the engine behind "macpctl load" and "macpctl check-acked", and also
+// is the engine behind "macpbench load" and "macpbench check-acked", and also
 // holds the echo service cmd/echo-bench serves as the transport ceiling.
 //
 // Each session is a SessionStart from the initiator, then Messages
@@ -98,6 +98,13 @@ type Config struct {
 	// worker waits (10ms doubling to 1s, reset by a clean session) before
 	// its next session.
 	GiveUpAfter time.Duration
+	// Stream drives each session over one pipelined StreamSession call
+	// instead of unary Sends (stream.go): up to Window envelopes in
+	// flight (default DefaultWindow), each acknowledged by its durable
+	// echo on the stream. TransportMACP only; SendersPerSession must be
+	// 1; decision and proposal only.
+	Stream bool
+	Window int
 	// AckedLog, if set, receives one line per acknowledged envelope,
 	// "session_id<TAB>message_id<TAB>stream<TAB>message_type", written
 	// after its ok Ack arrived (see AckedLog).
@@ -112,6 +119,10 @@ type Result struct {
 	Concurrency int       `json:"concurrency"`
 	Senders     int       `json:"senders_per_session"`
 	Messages    int       `json:"messages_per_session"`
+	// Stream and Window are Config's: pipelined StreamSession calls with
+	// up to Window envelopes in flight each.
+	Stream bool `json:"stream"`
+	Window int  `json:"window,omitempty"`
 	// SessionsPlanned is Config.Sessions (0: bounded by duration).
 	SessionsPlanned int `json:"sessions_planned"`
 	// SessionsStarted got an ok Ack for their SessionStart;
@@ -130,6 +141,9 @@ type Result struct {
 	Duplicates int64 `json:"duplicates"`
 	Rejected   int64 `json:"rejected"`
 	Errors     int64 `json:"errors"`
+	// Unmatched counts envelopes echoed on a stream that were none of its
+	// own in flight (a stream mode run expects 0).
+	Unmatched int64 `json:"unmatched_echoes,omitempty"`
 	// GaveUp is set when GiveUpAfter stopped the run.
 	GaveUp bool `json:"gave_up"`
 	// Elapsed is the wall time from the first Send to the last answer.
@@ -155,6 +169,7 @@ type Result struct {
 type stats struct {
 	lat                                []time.Duration
 	sends, ok, dup, rejected, errs     int64
+	unmatched                          int64
 	rejCodes, errCodes                 map[string]int64
 	firstRej, firstErr                 string
 	firstAt, lastAt                    time.Time
@@ -210,6 +225,19 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, errors.New("loadgen: sessions, messages and pad must not be negative")
 	case cfg.Sessions == 0 && cfg.Duration <= 0:
 		return nil, errors.New("loadgen: set a number of sessions, a duration, or both")
+	}
+	if cfg.Stream {
+		cfg.Window = cmp.Or(cfg.Window, DefaultWindow)
+		switch {
+		case cfg.Transport != TransportMACP:
+			return nil, errors.New("loadgen: the stream mode drives a MACP runtime (transport macp)")
+		case cfg.SendersPerSession != 1:
+			return nil, errors.New("loadgen: the stream mode has one sender per session")
+		case cfg.Window < 1:
+			return nil, errors.New("loadgen: the stream window must be at least 1")
+		case !streamModes[mode]:
+			return nil, fmt.Errorf("loadgen: the stream mode drives decision or proposal sessions, not %s", mode)
+		}
 	}
 	wl, err := newWorkload(cfg.Mode, cfg.Pad)
 	if err != nil {
@@ -321,7 +349,11 @@ func (r *runner) worker(cl macpv1.MACPRuntimeServiceClient) {
 		if r.cfg.Sessions > 0 && i >= int64(r.cfg.Sessions) {
 			return
 		}
-		if r.session(cl, st) {
+		drive := r.session
+		if r.cfg.Stream {
+			drive = r.streamSession
+		}
+		if drive(cl, st) {
 			backoff = min(max(2*backoff, 10*time.Millisecond), time.Second)
 			t := time.NewTimer(backoff)
 			select {
@@ -505,6 +537,9 @@ func (r *runner) result() *Result {
 		Concurrency: r.cfg.Concurrency, Senders: r.cfg.SendersPerSession, Messages: r.cfg.Messages,
 		SessionsPlanned: r.cfg.Sessions, GaveUp: r.gaveUp.Load(),
 	}
+	if r.cfg.Stream {
+		res.Stream, res.Window = true, r.cfg.Window
+	}
 	var lat []time.Duration
 	var first, last time.Time
 	for _, s := range r.all {
@@ -514,6 +549,7 @@ func (r *runner) result() *Result {
 		res.Duplicates += s.dup
 		res.Rejected += s.rejected
 		res.Errors += s.errs
+		res.Unmatched += s.unmatched
 		res.SessionsStarted += s.started
 		res.SessionsFailed += s.failed
 		res.SessionsAbandoned += s.abandoned

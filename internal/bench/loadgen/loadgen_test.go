@@ -13,30 +13,14 @@ import (
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/app"
 	"github.com/macpd/macpd/internal/bench/loadgen"
-	"github.com/macpd/macpd/internal/config"
+	"github.com/macpd/macpd/internal/clikit/clitest"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/internal/testutil"
 )
 
-func startApp(t *testing.T) *app.App {
-	t.Helper()
-	cfg := config.Default()
-	cfg.MemoryOnly = true // tests keep history in memory; the durable default has its own tests
-	cfg.BindAddr = "127.0.0.1:0"
-	cfg.AllowInsecure = true
-	cfg.Limits.SessionStartsPerMinute, cfg.Limits.MessagesPerMinute = 0, 0 // a load generator is not rate-limited
-	a, err := app.New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
-	return a
-}
+func startApp(t *testing.T) *app.App { return clitest.StartApp(t) }
 
 // storeHistory reads history straight from the runtime's store (the
 // gRPC history read, StreamSession, is someone else's work in progress).
@@ -238,23 +222,33 @@ func (p *proxy) kill() {
 // the run ends by itself, errors counted, and every logged message is in
 // history once and in order.
 func TestRunServerDies(t *testing.T) {
+	runUntilServerDies(t, loadgen.Config{Sessions: 100000, Messages: 20, Concurrency: 4, SendersPerSession: 2}, 50)
+}
+
+// runUntilServerDies runs cfg through a proxy to an in-process macpd and
+// drops every connection once the acked log has afterLines lines: the
+// run must end (giving up), count errors, and have logged only what is
+// in the history.
+func runUntilServerDies(t *testing.T, cfg loadgen.Config, afterLines int) {
+	t.Helper()
 	a := startApp(t)
 	p := startProxy(t, a.Addr())
 	var log syncBuffer
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	done := make(chan *loadgen.Result, 1)
+	cfg.Addr, cfg.AckedLog, cfg.CallTimeout, cfg.GiveUpAfter = p.lis.Addr().String(), &log, 2*time.Second, 300*time.Millisecond
 	go func() {
-		res, err := loadgen.Run(ctx, loadgen.Config{
-			Addr: p.lis.Addr().String(), Sessions: 100000, Messages: 20, Concurrency: 4, SendersPerSession: 2,
-			AckedLog: &log, CallTimeout: 2 * time.Second, GiveUpAfter: 300 * time.Millisecond,
-		})
+		res, err := loadgen.Run(ctx, cfg)
 		if err != nil {
 			t.Error(err)
 		}
 		done <- res
 	}()
-	for strings.Count(log.String(), "\n") < 50 {
+	for strings.Count(log.String(), "\n") < afterLines {
+		if ctx.Err() != nil {
+			t.Fatal("no progress")
+		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	p.kill()

@@ -1,13 +1,10 @@
-package main
+package clikit
 
 import (
 	"crypto/tls"
 	"errors"
-	"fmt"
-	"io"
 	"strings"
 
-	"github.com/macpd/macpd/internal/version"
 	"github.com/macpd/macpd/sdk"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,11 +19,11 @@ var (
 	connBoolFlags = map[string]bool{"insecure": true}
 )
 
-// splitGlobal separates leading connection flags from the command name and
+// SplitGlobal separates leading connection flags from the command name and
 // its arguments. It stops at the first argument that is not a connection
 // flag: that is the command (or "help", "-h", "--version", or an unknown
 // flag, which the caller reports).
-func splitGlobal(args []string) (pre []string, name string, rest []string, err error) {
+func SplitGlobal(args []string) (pre []string, name string, rest []string, err error) {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if !strings.HasPrefix(a, "-") || a == "-" || a == "--" {
@@ -40,7 +37,7 @@ func splitGlobal(args []string) (pre []string, name string, rest []string, err e
 			pre = append(pre, a)
 		case connValueFlags[flagName]:
 			if i+1 >= len(args) {
-				return nil, "", nil, usagef("flag %s needs a value", a)
+				return nil, "", nil, Usagef("flag %s needs a value", a)
 			}
 			pre = append(pre, a, args[i+1])
 			i++
@@ -51,35 +48,28 @@ func splitGlobal(args []string) (pre []string, name string, rest []string, err e
 	return pre, "", nil, nil
 }
 
-func isVersionArg(a string) bool { return a == "version" || a == "--version" || a == "-version" }
-
-func printVersion(w io.Writer) {
-	fmt.Fprintln(w, version.Line("macpctl"))
-	fmt.Fprintf(w, "sdk %s, MACP protocol %s\n", sdk.Version, sdk.ProtocolVersion)
-}
-
 // clientCertificate loads --tls-cert/--tls-key (a client certificate for
 // mTLS identities, docs/security.md).
-func (c *cli) clientCertificate() (*tls.Certificate, error) {
-	f := c.conn
-	if f.tlsCert == "" && f.tlsKey == "" {
+func (c *CLI) clientCertificate() (*tls.Certificate, error) {
+	f := c.Conn
+	if f.TLSCert == "" && f.TLSKey == "" {
 		return nil, nil
 	}
-	if f.tlsCert == "" || f.tlsKey == "" {
-		return nil, usagef("--tls-cert and --tls-key go together")
+	if f.TLSCert == "" || f.TLSKey == "" {
+		return nil, Usagef("--tls-cert and --tls-key go together")
 	}
-	if c.set("insecure") && f.insecure {
-		return nil, usagef("--insecure and --tls-cert contradict each other: a client certificate needs TLS")
+	if c.Set("insecure") && f.Insecure {
+		return nil, Usagef("--insecure and --tls-cert contradict each other: a client certificate needs TLS")
 	}
-	cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+	cert, err := tls.LoadX509KeyPair(f.TLSCert, f.TLSKey)
 	if err != nil {
-		return nil, usagef("--tls-cert/--tls-key: %v", err)
+		return nil, Usagef("--tls-cert/--tls-key: %v", err)
 	}
 	return &cert, nil
 }
 
 // hint returns a sentence naming the likely fix for a failed call, or "".
-func (c *cli) hint(err error) string {
+func (c *CLI) hint(err error) string {
 	var se *sdk.Error
 	if errors.As(err, &se) {
 		if se.Code == sdk.CodeUnauthenticated {
@@ -92,20 +82,20 @@ func (c *cli) hint(err error) string {
 		return ""
 	}
 	msg := st.Message()
-	addr := c.conn.addr
+	addr := c.Conn.Addr
 	switch {
 	case strings.Contains(msg, "certificate signed by unknown authority"), strings.Contains(msg, "certificate is not trusted"):
 		return "the runtime's certificate is not signed by a CA this machine trusts: pass --tls-ca FILE with the CA (for a self-signed certificate, the certificate itself)"
 	case strings.Contains(msg, "first record does not look like a TLS handshake"):
 		return "the runtime at " + addr + " speaks plaintext: pass --insecure (or set MACP_ALLOW_INSECURE=1)"
-	case c.conn.insecure && c.conn.tlsCA == "" && (strings.Contains(msg, "server preface") || strings.Contains(msg, "EOF") ||
+	case c.Conn.Insecure && c.Conn.TLSCA == "" && (strings.Contains(msg, "server preface") || strings.Contains(msg, "EOF") ||
 		strings.Contains(msg, "connection reset") || strings.Contains(msg, "frame too large") || strings.Contains(msg, "http2")):
 		return "the runtime at " + addr + " may require TLS: drop --insecure/MACP_ALLOW_INSECURE and pass --tls-ca FILE if its certificate is not publicly trusted"
 	case strings.Contains(msg, "certificate is valid for"), strings.Contains(msg, "doesn't contain any IP SANs"):
 		return "the certificate does not name " + addr + ": connect by a name it lists, or pass --tls-server-name NAME"
 	case strings.Contains(msg, "certificate required"), strings.Contains(msg, "bad certificate"):
 		return "the runtime requires a client certificate: pass --tls-cert FILE --tls-key FILE"
-	case !c.conn.insecure && c.conn.tlsCert == "" && (strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection reset") || strings.Contains(msg, "EOF")):
+	case !c.Conn.Insecure && c.Conn.TLSCert == "" && (strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection reset") || strings.Contains(msg, "EOF")):
 		// With TLS 1.3 the server refuses a missing client certificate
 		// after the client finished its handshake: the client sees the
 		// connection drop.
@@ -113,7 +103,7 @@ func (c *cli) hint(err error) string {
 	case strings.Contains(msg, "connection refused"), strings.Contains(msg, "no such host"):
 		return "nothing answers at " + addr + ": start macpd (MACP_ALLOW_INSECURE=1 go run ./cmd/macpd) or pass --addr HOST:PORT (env MACP_ADDR)"
 	case st.Code() == codes.DeadlineExceeded:
-		return "no answer within --timeout " + c.conn.timeout.String() + ": check --addr " + addr + " and the transport (--insecure vs TLS)"
+		return "no answer within --timeout " + c.Conn.Timeout.String() + ": check --addr " + addr + " and the transport (--insecure vs TLS)"
 	}
 	return ""
 }

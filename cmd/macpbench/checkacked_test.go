@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/clikit"
+	"github.com/macpd/macpd/internal/clikit/clitest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -80,17 +82,17 @@ func TestCheckAcked(t *testing.T) {
 		"s1": {"start", "a", "b", "Commitment"},
 		"s2": {"start", "y", "x", "x"},
 	})
-	r := runner{t: t}
-	res := r.ok("check-acked", "--addr", addr, "--insecure", "--idle", "50ms",
+	r := newRunner(t, nil)
+	res := r.Ok("check-acked", "--addr", addr, "--insecure", "--idle", "50ms",
 		writeLog(t, "s1\tstart\t0", "s1\ta\t0", "s1\tb\t0", "s1\tCommitment\t0", "s2\tstart\t0", "s2\ty\t0"))
-	if got := res.lines()[len(res.lines())-1]; got != "6 acked checked, 0 missing, 0 duplicated, 0 out of order" {
-		t.Fatalf("%s", res.out)
+	if got := res.Lines()[len(res.Lines())-1]; got != "6 acked checked, 0 missing, 0 duplicated, 0 out of order" {
+		t.Fatalf("%s", res.Out)
 	}
 
-	res = r.run("check-acked", "--addr", addr, "--insecure", "--idle", "50ms",
+	res = r.Run("check-acked", "--addr", addr, "--insecure", "--idle", "50ms",
 		writeLog(t, "s1\tstart\t0", "s1\tb\t0", "s1\ta\t0", "s1\tlost\t0", "s2\tx\t0", "s3\tm\t0"))
-	if res.code != exitRejected {
-		t.Fatalf("exit %d\n%s%s", res.code, res.out, res.errOut)
+	if res.Code != clikit.ExitRejected {
+		t.Fatalf("exit %d\n%s%s", res.Code, res.Out, res.ErrOut)
 	}
 	for _, want := range []string{
 		"out-of-order session s1 message a: acked after b",
@@ -100,47 +102,47 @@ func TestCheckAcked(t *testing.T) {
 		"missing session s3 message m",
 		"6 acked checked, 2 missing, 1 duplicated, 1 out of order\n",
 	} {
-		if !strings.Contains(res.out, want) {
-			t.Errorf("output lacks %q:\n%s", want, res.out)
+		if !strings.Contains(res.Out, want) {
+			t.Errorf("output lacks %q:\n%s", want, res.Out)
 		}
 	}
 
 	// --show limits the problems printed, not the summary.
-	res = r.run("check-acked", "--addr", addr, "--insecure", "--idle", "50ms", "--show", "1",
+	res = r.Run("check-acked", "--addr", addr, "--insecure", "--idle", "50ms", "--show", "1",
 		writeLog(t, "s3\tm1", "s3\tm2", "s3\tm3"))
-	if res.code != exitRejected || !strings.Contains(res.out, "... and 3 more problem(s)") || !strings.Contains(res.out, "3 missing") {
-		t.Fatalf("exit %d\n%s", res.code, res.out)
+	if res.Code != clikit.ExitRejected || !strings.Contains(res.Out, "... and 3 more problem(s)") || !strings.Contains(res.Out, "3 missing") {
+		t.Fatalf("exit %d\n%s", res.Code, res.Out)
 	}
 
 	// Another identity may not read the sessions.
-	res = r.run("check-acked", "--addr", addr, "--insecure", "--agent", "mallory", writeLog(t, "s1\tstart"))
-	if res.code != exitRejected || !strings.Contains(res.out, "read-failed session s1") || !strings.Contains(res.out, "1 session(s) unreadable") {
-		t.Fatalf("exit %d\n%s", res.code, res.out)
+	res = r.Run("check-acked", "--addr", addr, "--insecure", "--agent", "mallory", writeLog(t, "s1\tstart"))
+	if res.Code != clikit.ExitRejected || !strings.Contains(res.Out, "read-failed session s1") || !strings.Contains(res.Out, "1 session(s) unreadable") {
+		t.Fatalf("exit %d\n%s", res.Code, res.Out)
 	}
 }
 
 func TestCheckAckedUsage(t *testing.T) {
-	r := runner{t: t}
+	r := newRunner(t, nil)
 	for _, args := range [][]string{
 		{},
 		{"/nonexistent/acked.log"},
 		{writeLog(t, "only-one-field")},
 		{"a", "b"},
 	} {
-		if res := r.run(append([]string{"check-acked", "--insecure"}, args...)...); res.code != exitUsage {
-			t.Errorf("check-acked %v: exit %d, want %d\n%s", args, res.code, exitUsage, res.errOut)
+		if res := r.Run(append([]string{"check-acked", "--insecure"}, args...)...); res.Code != clikit.ExitUsage {
+			t.Errorf("check-acked %v: exit %d, want %d\n%s", args, res.Code, clikit.ExitUsage, res.ErrOut)
 		}
 	}
 }
 
 // End to end against macpd: load with an acked log, then check it.
 func TestLoadThenCheckAcked(t *testing.T) {
-	a := startApp(t)
-	r := runner{t: t}
+	a := clitest.StartApp(t)
+	r := newRunner(t, nil)
 	log := filepath.Join(t.TempDir(), "acked.log")
-	r.ok("load", "--addr", a.Addr(), "--insecure", "--sessions", "3", "--messages", "10", "--senders", "2", "--commit", "--acked-log", log)
-	res := r.run("check-acked", "--addr", a.Addr(), "--insecure", "--idle", "200ms", log)
-	if res.code != 0 || !strings.Contains(res.out, "36 acked checked, 0 missing, 0 duplicated, 0 out of order") {
-		t.Fatalf("exit %d\n%s%s", res.code, res.out, res.errOut)
+	r.Ok("load", "--addr", a.Addr(), "--insecure", "--sessions", "3", "--messages", "10", "--senders", "2", "--commit", "--acked-log", log)
+	res := r.Run("check-acked", "--addr", a.Addr(), "--insecure", "--idle", "200ms", log)
+	if res.Code != 0 || !strings.Contains(res.Out, "36 acked checked, 0 missing, 0 duplicated, 0 out of order") {
+		t.Fatalf("exit %d\n%s%s", res.Code, res.Out, res.ErrOut)
 	}
 }

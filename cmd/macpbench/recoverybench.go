@@ -14,54 +14,46 @@ import (
 	"time"
 
 	"github.com/macpd/macpd/internal/bench/benchrec"
+	"github.com/macpd/macpd/internal/clikit"
 )
 
-func init() {
-	commands = append(commands, command{
-		"bench-recovery", "gen|measure|replay --data-dir DIR [flags]  (\"bench-recovery ACTION -h\" lists an action's flags)",
-		"recovery benchmark (internal/bench/benchrec): gen writes a data directory of Decision sessions through the store; " +
-			"measure times macpd's start on it (to serving) and reads its memory; replay replays it offline in-process",
-		(*cli).benchRecovery,
-	})
-}
-
-func (c *cli) benchRecovery(args []string) error {
+func benchRecovery(c *clikit.CLI, args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-			c.fs.Usage()
+			c.FS.Usage()
 			return nil
 		}
-		return usagef("say gen, measure or replay")
+		return clikit.Usagef("say gen, measure or replay")
 	}
 	action, args := args[0], args[1:]
-	dir := c.fs.String("data-dir", "", "the data directory (required)")
-	jsonOut := c.fs.Bool("json", false, "also print every figure as JSON lines")
+	dir := c.FS.String("data-dir", "", "the data directory (required)")
+	jsonOut := c.FS.Bool("json", false, "also print every figure as JSON lines")
 	switch action {
 	case "gen":
-		return c.benchRecGen(args, dir, jsonOut)
+		return benchRecGen(c, args, dir, jsonOut)
 	case "measure":
-		return c.benchRecMeasure(args, dir, jsonOut)
+		return benchRecMeasure(c, args, dir, jsonOut)
 	case "replay":
-		return c.benchRecReplay(args, dir, jsonOut)
+		return benchRecReplay(c, args, dir, jsonOut)
 	}
-	return usagef("unknown action %q: gen, measure or replay", action)
+	return clikit.Usagef("unknown action %q: gen, measure or replay", action)
 }
 
-func (c *cli) benchRecGen(args []string, dir *string, jsonOut *bool) error {
-	sessions := c.fs.Int("sessions", 100_000, "sessions to write")
-	envelopes := c.fs.Int("envelopes", 10, "envelopes per session, SessionStart included (expired sessions add an Expire record)")
-	participants := c.fs.Int("participants", 3, "declared participants per session")
-	mix := c.fs.String("mix", "realistic", "realistic (10% open, 72% resolved, 9% cancelled, 9% expired), all-open, "+
+func benchRecGen(c *clikit.CLI, args []string, dir *string, jsonOut *bool) error {
+	sessions := c.FS.Int("sessions", 100_000, "sessions to write")
+	envelopes := c.FS.Int("envelopes", 10, "envelopes per session, SessionStart included (expired sessions add an Expire record)")
+	participants := c.FS.Int("participants", 3, "declared participants per session")
+	mix := c.FS.String("mix", "realistic", "realistic (10% open, 72% resolved, 9% cancelled, 9% expired), all-open, "+
 		"or open=F,resolved=F,cancelled=F,expired=F")
-	seed := c.fs.Uint64("seed", 1, "seed for ids and the order of session kinds")
-	batch := c.fs.Int("batch", 4096, "records per store append (one sync each)")
-	openTTL := c.fs.Duration("open-ttl", 24*time.Hour, "ttl of the sessions left open (measure before it runs out)")
-	split := c.fs.Bool("split-sessions", false, "append each session's SessionStart and its other records in two appends, as a runtime receiving them over time does")
-	if _, err := c.parse(args, 0); err != nil {
+	seed := c.FS.Uint64("seed", 1, "seed for ids and the order of session kinds")
+	batch := c.FS.Int("batch", 4096, "records per store append (one sync each)")
+	openTTL := c.FS.Duration("open-ttl", 24*time.Hour, "ttl of the sessions left open (measure before it runs out)")
+	split := c.FS.Bool("split-sessions", false, "append each session's SessionStart and its other records in two appends, as a runtime receiving them over time does")
+	if _, err := c.Parse(args, 0); err != nil {
 		return err
 	}
 	if *dir == "" {
-		return usagef("--data-dir is required")
+		return clikit.Usagef("--data-dir is required")
 	}
 	m, err := parseMix(*mix)
 	if err != nil {
@@ -72,10 +64,10 @@ func (c *cli) benchRecGen(args []string, dir *string, jsonOut *bool) error {
 		Mix: m, Seed: *seed, Batch: *batch, OpenTTL: *openTTL, SplitSessions: *split,
 	}
 	last := time.Now()
-	man, err := benchrec.Generate(c.ctx, cfg, func(done int) {
+	man, err := benchrec.Generate(c.Ctx, cfg, func(done int) {
 		if time.Since(last) >= 5*time.Second {
 			last = time.Now()
-			fmt.Fprintf(c.stderr, "  %d/%d sessions written\n", done, *sessions)
+			fmt.Fprintf(c.Stderr, "  %d/%d sessions written\n", done, *sessions)
 		}
 	})
 	if err != nil {
@@ -85,13 +77,13 @@ func (c *cli) benchRecGen(args []string, dir *string, jsonOut *bool) error {
 	for _, k := range slices.Sorted(maps.Keys(man.Kinds)) {
 		kinds = append(kinds, fmt.Sprintf("%s %d", k, man.Kinds[k]))
 	}
-	fmt.Fprintf(c.stdout, "wrote %s: %d sessions (%s), %d envelopes, %d records, %.1f MiB on disk, in %.1fs\n",
+	fmt.Fprintf(c.Stdout, "wrote %s: %d sessions (%s), %d envelopes, %d records, %.1f MiB on disk, in %.1fs\n",
 		*dir, man.Sessions, strings.Join(kinds, ", "), man.Envelopes, man.Records, float64(man.DiskBytes)/(1<<20), man.GenSeconds)
 	if man.OpenDeadlineMs > 0 {
-		fmt.Fprintf(c.stdout, "open sessions expire from %s on: measure before then\n", time.UnixMilli(man.OpenDeadlineMs).UTC().Format(time.RFC3339))
+		fmt.Fprintf(c.Stdout, "open sessions expire from %s on: measure before then\n", time.UnixMilli(man.OpenDeadlineMs).UTC().Format(time.RFC3339))
 	}
 	if *jsonOut {
-		return printJSONLine(c.stdout, man)
+		return printJSONLine(c.Stdout, man)
 	}
 	return nil
 }
@@ -105,7 +97,7 @@ func parseMix(s string) (benchrec.Mix, error) {
 		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
 		f, err := strconv.ParseFloat(v, 64)
 		if !ok || err != nil {
-			return m, usagef("--mix: %q is not KIND=FRACTION", part)
+			return m, clikit.Usagef("--mix: %q is not KIND=FRACTION", part)
 		}
 		switch k {
 		case "open":
@@ -117,33 +109,33 @@ func parseMix(s string) (benchrec.Mix, error) {
 		case "expired":
 			m.Expired = f
 		default:
-			return m, usagef("--mix: unknown kind %q (open, resolved, cancelled, expired)", k)
+			return m, clikit.Usagef("--mix: unknown kind %q (open, resolved, cancelled, expired)", k)
 		}
 	}
 	return m, nil
 }
 
-func (c *cli) benchRecMeasure(args []string, dir *string, jsonOut *bool) error {
-	macpd := c.fs.String("macpd", "", "the macpd binary (default: macpd next to macpctl, else on PATH)")
-	runs := c.fs.Int("runs", 5, "starts to measure")
-	timeout := c.fs.Duration("start-timeout", 10*time.Minute, "give up on a start after this long")
-	logPath := c.fs.String("log", "", "append macpd's log to FILE")
+func benchRecMeasure(c *clikit.CLI, args []string, dir *string, jsonOut *bool) error {
+	macpd := c.FS.String("macpd", "", "the macpd binary (default: macpd next to macpbench, else on PATH)")
+	runs := c.FS.Int("runs", 5, "starts to measure")
+	timeout := c.FS.Duration("start-timeout", 10*time.Minute, "give up on a start after this long")
+	logPath := c.FS.String("log", "", "append macpd's log to FILE")
 	var extraEnv multiFlag
-	c.fs.Var(&extraEnv, "env", "KEY=VALUE for macpd (repeatable), e.g. GOGC=200 or MACP_STRICT_RECOVERY=1")
-	if _, err := c.parse(args, 0); err != nil {
+	c.FS.Var(&extraEnv, "env", "KEY=VALUE for macpd (repeatable), e.g. GOGC=200 or MACP_STRICT_RECOVERY=1")
+	if _, err := c.Parse(args, 0); err != nil {
 		return err
 	}
 	if *dir == "" {
-		return usagef("--data-dir is required")
+		return clikit.Usagef("--data-dir is required")
 	}
 	if *runs < 1 {
-		return usagef("--runs must be at least 1")
+		return clikit.Usagef("--runs must be at least 1")
 	}
 	bin, err := findMacpd(*macpd)
 	if err != nil {
 		return err
 	}
-	man, err := benchrec.ReadManifest(c.ctx, *dir)
+	man, err := benchrec.ReadManifest(c.Ctx, *dir)
 	if err != nil {
 		return err
 	}
@@ -155,25 +147,25 @@ func (c *cli) benchRecMeasure(args []string, dir *string, jsonOut *bool) error {
 	if *logPath != "" {
 		f, err := os.OpenFile(*logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 		if err != nil {
-			return usagef("--log: %v", err)
+			return clikit.Usagef("--log: %v", err)
 		}
 		defer f.Close()
 		logW = f
 	}
-	fmt.Fprintf(c.stdout, "macpd start on %s: %d sessions (%d open), %d envelopes, %.1f MiB on disk; %s\n",
+	fmt.Fprintf(c.Stdout, "macpd start on %s: %d sessions (%d open), %d envelopes, %.1f MiB on disk; %s\n",
 		*dir, man.Sessions, man.Kinds["open"], man.Envelopes, float64(man.DiskBytes)/(1<<20), bin)
-	fmt.Fprintf(c.stdout, "%4s %10s %10s %10s %8s %8s %10s %10s\n", "run", "serving s", "answered s", "recovery s", "cpu s", "open", "RSS MiB", "peak MiB")
+	fmt.Fprintf(c.Stdout, "%4s %10s %10s %10s %8s %8s %10s %10s\n", "run", "serving s", "answered s", "recovery s", "cpu s", "open", "RSS MiB", "peak MiB")
 	var all []*benchrec.StartResult
 	for i := range *runs {
-		r, err := benchrec.MeasureStart(c.ctx, benchrec.MeasureConfig{Macpd: bin, Dir: *dir, Timeout: *timeout, Env: extraEnv, Log: logW}, man)
+		r, err := benchrec.MeasureStart(c.Ctx, benchrec.MeasureConfig{Macpd: bin, Dir: *dir, Timeout: *timeout, Env: extraEnv, Log: logW}, man)
 		if err != nil {
 			return err
 		}
 		all = append(all, r)
-		fmt.Fprintf(c.stdout, "%4d %10.3f %10.3f %10.3f %8.2f %8d %10.1f %10.1f\n", i+1, r.ServingSeconds, r.AnsweredSeconds,
+		fmt.Fprintf(c.Stdout, "%4d %10.3f %10.3f %10.3f %8.2f %8d %10.1f %10.1f\n", i+1, r.ServingSeconds, r.AnsweredSeconds,
 			r.RecoverySeconds, r.CPUSeconds, r.OpenSessions, mib(r.RSSBytes), mib(r.HWMBytes))
 		if *jsonOut {
-			if err := printJSONLine(c.stdout, r); err != nil {
+			if err := printJSONLine(c.Stdout, r); err != nil {
 				return err
 			}
 		}
@@ -194,36 +186,36 @@ func (c *cli) benchRecMeasure(args []string, dir *string, jsonOut *bool) error {
 		"hwm_mib":    pick(func(r *benchrec.StartResult) float64 { return mib(r.HWMBytes) }),
 	}
 	for _, k := range []string{"serving_s", "answered_s", "recovery_s", "cpu_s", "rss_mib", "hwm_mib"} {
-		fmt.Fprintf(c.stdout, "  %-11s %s\n", k, sum[k])
+		fmt.Fprintf(c.Stdout, "  %-11s %s\n", k, sum[k])
 	}
 	if *jsonOut {
-		return printJSONLine(c.stdout, map[string]any{"summary": sum, "manifest": man})
+		return printJSONLine(c.Stdout, map[string]any{"summary": sum, "manifest": man})
 	}
 	return nil
 }
 
-func (c *cli) benchRecReplay(args []string, dir *string, jsonOut *bool) error {
-	runs := c.fs.Int("runs", 3, "passes to measure")
-	if _, err := c.parse(args, 0); err != nil {
+func benchRecReplay(c *clikit.CLI, args []string, dir *string, jsonOut *bool) error {
+	runs := c.FS.Int("runs", 3, "passes to measure")
+	if _, err := c.Parse(args, 0); err != nil {
 		return err
 	}
 	if *dir == "" {
-		return usagef("--data-dir is required")
+		return clikit.Usagef("--data-dir is required")
 	}
-	fmt.Fprintf(c.stdout, "offline replay of %s (store opened read-only)\n", *dir)
-	fmt.Fprintf(c.stdout, "%4s %8s %10s %8s %8s %10s %12s %12s %12s %14s\n", "run", "sessions", "envelopes", "list s", "read s", "replay s",
+	fmt.Fprintf(c.Stdout, "offline replay of %s (store opened read-only)\n", *dir)
+	fmt.Fprintf(c.Stdout, "%4s %8s %10s %8s %8s %10s %12s %12s %12s %14s\n", "run", "sessions", "envelopes", "list s", "read s", "replay s",
 		"read env/s", "replay env/s", "core env/s", "open heap B/s")
 	var all []*benchrec.ReplayResult
 	for i := range *runs {
-		r, err := benchrec.Replay(c.ctx, *dir)
+		r, err := benchrec.Replay(c.Ctx, *dir)
 		if err != nil {
 			return err
 		}
 		all = append(all, r)
-		fmt.Fprintf(c.stdout, "%4d %8d %10d %8.3f %8.3f %10.3f %12.0f %12.0f %12.0f %14.0f\n", i+1, r.Sessions, r.Envelopes,
+		fmt.Fprintf(c.Stdout, "%4d %8d %10d %8.3f %8.3f %10.3f %12.0f %12.0f %12.0f %14.0f\n", i+1, r.Sessions, r.Envelopes,
 			r.ListSeconds, r.ReadSeconds, r.ReplaySeconds, r.ReadEnvelopesPerSec, r.ReplayEnvelopesPerSec, r.CoreEnvelopesPerSec, r.OpenHeapPerSession)
 		if *jsonOut {
-			if err := printJSONLine(c.stdout, r); err != nil {
+			if err := printJSONLine(c.Stdout, r); err != nil {
 				return err
 			}
 		}
@@ -244,10 +236,10 @@ func (c *cli) benchRecReplay(args []string, dir *string, jsonOut *bool) error {
 		"open_heap_per_session":  pick(func(r *benchrec.ReplayResult) float64 { return r.OpenHeapPerSession }),
 	}
 	for _, k := range []string{"replay_envelopes_per_s", "read_envelopes_per_s", "core_envelopes_per_s", "open_heap_per_session"} {
-		fmt.Fprintf(c.stdout, "  %-23s %s\n", k, sum[k])
+		fmt.Fprintf(c.Stdout, "  %-23s %s\n", k, sum[k])
 	}
 	if *jsonOut {
-		return printJSONLine(c.stdout, map[string]any{"summary": sum})
+		return printJSONLine(c.Stdout, map[string]any{"summary": sum})
 	}
 	return nil
 }
@@ -301,7 +293,7 @@ func printJSONLine(w io.Writer, v any) error {
 func findMacpd(path string) (string, error) {
 	if path != "" {
 		if _, err := os.Stat(path); err != nil {
-			return "", usagef("--macpd: %v", err)
+			return "", clikit.Usagef("--macpd: %v", err)
 		}
 		return path, nil
 	}
@@ -313,7 +305,7 @@ func findMacpd(path string) (string, error) {
 	}
 	p, err := exec.LookPath("macpd")
 	if err != nil {
-		return "", usagef("no macpd binary next to macpctl or on PATH; pass --macpd (go build -o bin/ ./cmd/macpd ./cmd/macpctl)")
+		return "", clikit.Usagef("no macpd binary next to macpbench or on PATH; pass --macpd (go build -o bin/ ./cmd/macpd ./cmd/macpbench)")
 	}
 	return p, nil
 }
