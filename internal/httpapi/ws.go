@@ -78,7 +78,7 @@ type wsConn struct {
 	id     coord.Identity
 	ctx    context.Context
 	cancel context.CancelFunc
-	out    chan []byte
+	out    chan outMsg
 
 	mu   sync.Mutex
 	subs map[string]*wsSub
@@ -110,7 +110,7 @@ func (s *Server) websocket(w http.ResponseWriter, r *http.Request) {
 	c.SetReadLimit(s.maxBody())
 	ctx, cancel := contextWithDrain(r.Context(), s.drain)
 	defer cancel()
-	wc := &wsConn{s: s, c: c, id: id, ctx: ctx, cancel: cancel, out: make(chan []byte, wsOutQueue), subs: make(map[string]*wsSub)}
+	wc := &wsConn{s: s, c: c, id: id, ctx: ctx, cancel: cancel, out: make(chan outMsg, wsOutQueue), subs: make(map[string]*wsSub)}
 	wc.pc = s.newProtoConn(id, wc, true)
 	wc.pc.transportMode = func(sid string) bool {
 		wc.mu.Lock()
@@ -129,6 +129,7 @@ func (s *Server) websocket(w http.ResponseWriter, r *http.Request) {
 	wc.unsubscribeAll()
 	wc.pc.detachAll()
 	<-writerDone
+	drainOut(wc.out) // every follower has ended: what is left was never written
 	if code != 0 {
 		_ = c.Close(code, reason)
 	} else {
@@ -181,8 +182,9 @@ func (wc *wsConn) writeLoop() {
 		select {
 		case msg := <-wc.out:
 			ctx, cancel := context.WithTimeout(wc.ctx, wc.s.opts.WriteTimeout)
-			err := wc.c.Write(ctx, websocket.MessageText, msg)
+			err := wc.c.Write(ctx, websocket.MessageText, msg.b)
 			cancel()
+			msg.finish(err == nil)
 			if err != nil {
 				wc.cancel()
 				return
@@ -265,8 +267,10 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 	go func() {
 		defer close(sub.done)
 		defer release()
+		fw := wc.s.newFeedWindow() // feedwindow.go
+		defer fw.end()
 		didStart := false
-		ended, err := wc.s.follow(ctx, wc.id, p.SessionID, p.AfterSequence, openedMs, func(last, from uint64) {
+		ended, err := wc.s.follow(ctx, wc.id, p.SessionID, p.AfterSequence, openedMs, fw, func(last, from uint64) {
 			didStart = true
 			wc.mu.Lock()
 			sub.last = from
@@ -274,12 +278,18 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 			// The response goes out before any notification.
 			wc.enqueue(ctx, jsonrpc.Reply(req, map[string]any{"sessionId": p.SessionID, "lastSequence": last, "resumeAfter": from}, nil))
 			started <- nil
-		}, func(seq uint64, env *macpv1.Envelope) error {
-			b, err := wc.s.enc.encode(seq, env, view)
+		}, func(seq uint64, env *macpv1.Envelope, c *feedCharge) error {
+			b, err := wc.s.encodeFeed(ctx, seq, env, view)
+			var msg []byte
+			if err == nil {
+				msg = envelopeNotification(p.SessionID, seq, b)
+				err = c.grow(ctx, int64(len(msg))) // what the queue holds
+			}
 			if err != nil {
+				c.done(false)
 				return err
 			}
-			if !wc.enqueue(ctx, jsonrpc.Notify(rpcEnvelope, map[string]any{"sessionId": p.SessionID, "sessionEventId": seq, "envelope": json.RawMessage(b)})) {
+			if !wc.enqueueCharged(ctx, msg, c) {
 				return ctx.Err()
 			}
 			wc.mu.Lock()

@@ -42,9 +42,10 @@ type streamState struct {
 	openedMs int64
 
 	out chan outItem
-	// window holds what the follower read for this stream until the
-	// client has taken it (runtime/streambudget.go; sendLoop releases).
+	// window holds what the follower read for this stream until gRPC
+	// has written it (runtime/streambudget.go; sendrelease.go).
 	window     *runtime.StreamWindow
+	sw         *sendWindow
 	mu         sync.Mutex // guards bound, following, lastSent, seen, drainTo, drained, headerSent
 	bound      string
 	following  bool
@@ -60,6 +61,7 @@ type streamState struct {
 
 	followDone chan error
 	stopSend   chan struct{}
+	ctxDone    <-chan struct{} // the call's context
 	sendErr    chan error
 	cancel     context.CancelFunc // ends the call (a failed Send)
 }
@@ -79,12 +81,14 @@ func (s *Service) StreamSession(stream grpc.BidiStreamingServer[macpv1.StreamSes
 	st := &streamState{
 		s: s, stream: stream, id: id, openedMs: time.Now().UnixMilli(),
 		out:        make(chan outItem, 64),
-		window:     s.rt.StreamBudget().NewWindow(),
 		followDone: make(chan error, 1),
 		stopSend:   make(chan struct{}),
+		ctxDone:    ctx.Done(),
 		sendErr:    make(chan error, 1),
 		cancel:     cancel,
 	}
+	st.sw = newSendWindow(s.rt)
+	st.window = st.sw.w
 	reqs := make(chan *macpv1.StreamSessionRequest)
 	recvErr := make(chan error, 1)
 	go func() {
@@ -101,8 +105,12 @@ func (s *Service) StreamSession(stream grpc.BidiStreamingServer[macpv1.StreamSes
 			}
 		}
 	}()
-	defer st.window.Close()
-	go func() { st.sendErr <- st.sendLoop() }()
+	defer st.sw.end()
+	st.sw.hold() // the sender's: it may still be in Send when the call ends
+	go func() {
+		defer st.sw.drop()
+		st.sendErr <- st.sendLoop()
+	}()
 
 	var hb <-chan time.Time
 	if d := s.opts.StreamHeartbeat; d > 0 {
@@ -220,38 +228,6 @@ func (st *streamState) setTrailer() {
 	}
 }
 
-// sentTracker keeps the window charges of the messages gRPC may still
-// hold after Send returned: a message has left the HTTP/2 send queue once
-// Sends of at least transportQueueBytes returned after it.
-type sentTracker struct {
-	w     *runtime.StreamWindow
-	held  []sentMsg
-	after int // bytes sent after held[0]
-}
-
-type sentMsg struct {
-	cost int64
-	size int
-}
-
-// sent records that Send(m), charged cost, returned.
-func (tr *sentTracker) sent(cost int64, m proto.Message) {
-	tr.w.Sent(cost)
-	if cost == 0 && len(tr.held) == 0 {
-		return
-	}
-	size := proto.Size(m)
-	if len(tr.held) > 0 {
-		tr.after += size
-	}
-	tr.held = append(tr.held, sentMsg{cost, size})
-	for len(tr.held) > 1 && tr.after >= transportQueueBytes {
-		tr.w.ReleaseSent(tr.held[0].cost)
-		tr.held = tr.held[1:]
-		tr.after -= tr.held[0].size
-	}
-}
-
 // outItem is one queued response: seq is the session envelope's sequence
 // number (0 for heartbeats and errors), cost what the window was charged
 // for it (released by sendLoop).
@@ -261,20 +237,12 @@ type outItem struct {
 	cost int64
 }
 
-// transportQueueBytes is how much gRPC queues per stream before Send
-// waits (grpc-go's per-stream write quota, 64 KiB): once Sends of at
-// least this many bytes returned after a message, that message has left
-// the HTTP/2 send queue and its window charge can be released.
-const transportQueueBytes = 64 << 10
-
 // sendLoop is the only goroutine calling stream.Send. After stopSend
-// closes it sends what is still queued and returns. It keeps the window
-// charges of the messages gRPC may still hold (the last
-// transportQueueBytes sent, plus one) and releases older ones.
+// closes it sends what is still queued and returns. The window charge of
+// a sent record is released when gRPC has written it (sendrelease.go).
 func (st *streamState) sendLoop() error {
-	tr := sentTracker{w: st.window}
 	send := func(it outItem) error {
-		if err := st.stream.Send(it.resp); err != nil {
+		if err := st.sw.send(it.resp, it.cost, func() error { return st.stream.Send(it.resp) }); err != nil {
 			return err
 		}
 		if it.seq > 0 {
@@ -282,7 +250,6 @@ func (st *streamState) sendLoop() error {
 			st.lastSent = it.seq
 			st.mu.Unlock()
 		}
-		tr.sent(it.cost, it.resp)
 		return nil
 	}
 	for {
@@ -292,6 +259,8 @@ func (st *streamState) sendLoop() error {
 				st.cancel() // the client is gone: end the call
 				return err
 			}
+		case <-st.ctxDone:
+			return nil // the call is over (the client left): nothing more can be sent
 		case <-st.stopSend:
 			for {
 				select {
