@@ -211,5 +211,5 @@ func (s *Server) rpcSend(ctx context.Context, id coord.Identity, req *jsonrpc.Re
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the ack could not be encoded"}
 	}
-	return map[string]json.RawMessage{"ack": ab}, nil
+	return json.RawMessage(ab), nil // the result is the Ack itself (issue #14; docs/resume.md)
 }

@@ -22,7 +22,7 @@ import (
 //
 // Methods:
 //
-//	macp/send        {"envelope": <Envelope JSON>}                -> {"ack": <Ack JSON>}
+//	macp/send        {"envelope": <Envelope JSON>}                -> <Ack JSON>
 //	macp/subscribe   {"sessionId", "afterSequence"?, "payload"?}  -> {"sessionId", "lastSequence", "resumeAfter"}
 //	macp/unsubscribe {"sessionId"}                                -> {"sessionId", "lastSequence"}
 //
@@ -33,8 +33,9 @@ import (
 //	notifications/macp/end      {"sessionId", "lastSequence"}        the session is terminal, all delivered
 //	notifications/macp/error    {"sessionId", "error": <MACPError>}  the subscription failed and ended
 //
-// macp/send is admitted by runtime.Send like gRPC Send; a rejection is a
-// result whose ack has ok=false and the MACPError, as on gRPC. Requests
+// macp/send is admitted by runtime.Send like gRPC Send; its result is the
+// Ack, and a rejection is a result with ok=false and the MACPError, as on
+// gRPC. Requests
 // are handled in the order they arrive, one at a time per connection, so
 // envelopes sent on one connection are admitted in order. JSON-RPC
 // errors: -32700 (not JSON, invalid UTF-8), -32600, -32601, -32602 (bad

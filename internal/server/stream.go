@@ -50,6 +50,7 @@ type streamState struct {
 	bound      string
 	following  bool
 	lastSent   uint64 // the last session envelope whose Send returned (trailer)
+	sending    bool   // a session envelope's Send is in flight
 	headerSent bool
 	// seen is the sequence number of the last record the follower handled
 	// (delivered, or skipped as envelope-less). After the client
@@ -209,12 +210,27 @@ func (st *streamState) finish(err error) error {
 }
 
 // abandon ends the call without waiting for the sender (the client does
-// not read): the sender's Send fails once the call is over.
+// not read): the sender's Send fails once the call is over. A Send that
+// is about to return has queued its message, which the client will get
+// before the trailer: it is given sendSettle to return, so that the
+// trailer names it. One still waiting after that waits for the client's
+// flow-control window, so its message was not queued.
 func (st *streamState) abandon(err error) error {
 	close(st.stopSend)
+	for deadline := time.Now().Add(sendSettle); ; time.Sleep(time.Millisecond) {
+		st.mu.Lock()
+		busy := st.sending
+		st.mu.Unlock()
+		if !busy || time.Now().After(deadline) {
+			break
+		}
+	}
 	st.setTrailer()
 	return err
 }
+
+// sendSettle is how long abandon waits for a Send in flight.
+const sendSettle = 100 * time.Millisecond
 
 // setTrailer sets macp-last-sequence on a stream that started delivering
 // a session (docs/resume.md: refused subscriptions and streams never
@@ -242,15 +258,21 @@ type outItem struct {
 // a sent record is released when gRPC has written it (sendrelease.go).
 func (st *streamState) sendLoop() error {
 	send := func(it outItem) error {
-		if err := st.sw.send(it.resp, it.cost, func() error { return st.stream.Send(it.resp) }); err != nil {
-			return err
-		}
 		if it.seq > 0 {
 			st.mu.Lock()
-			st.lastSent = it.seq
+			st.sending = true
 			st.mu.Unlock()
 		}
-		return nil
+		err := st.sw.send(it.resp, it.cost, func() error { return st.stream.Send(it.resp) })
+		if it.seq > 0 {
+			st.mu.Lock()
+			st.sending = false
+			if err == nil {
+				st.lastSent = it.seq
+			}
+			st.mu.Unlock()
+		}
+		return err
 	}
 	for {
 		select {
