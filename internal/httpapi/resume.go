@@ -195,6 +195,9 @@ func (s *Server) attach(sink rpcSink, sid string, after uint64, onStart func(a *
 			a.last = from
 			a.mu.Unlock()
 			s.attached.put(a)
+			// ... and on gRPC: the caller's StreamSession follows of sid
+			// end (runtime/attach.go).
+			s.rt.Attachments().Supersede(id.Sender, sid)
 			registered = true
 			onStart(a, catchup, from)
 			// The latest metadata follows the response even when nothing

@@ -90,6 +90,13 @@ func sseIDs(b []byte) []uint64 {
 // last sessionEventId is its afterSequence; resuming continues with the
 // next record.
 func TestNeverReadingHTTPFollowersStayWithinTheStreamBudget(t *testing.T) {
+	if raceEnabled {
+		// The race detector's instrumentation changes what the heap holds
+		// and slows encoding tenfold: one run under -race measured +460 MiB
+		// at the first sample. The bound is a property of the production
+		// build; .ci/run runs this test without -race (a named step).
+		t.Skip("heap bound measured without -race; .ci/run runs it (go test -run '^TestNeverReading' ./internal/server ./internal/httpapi)")
+	}
 	if testing.Short() {
 		t.Skip("writes 100 MB of history; run without -short")
 	}
@@ -102,13 +109,8 @@ func TestNeverReadingHTTPFollowersStayWithinTheStreamBudget(t *testing.T) {
 		t.Fatalf("test config changed the defaults: budget %d, streams per identity %d", budget, cfg.Limits.MaxStreamsPerIdentity)
 	}
 	e := startApp(t, cfg)
-	records, size := 100, 1000<<10 // ~100 MB
-	perKind := 128
-	if raceEnabled {
-		// 128 followers x 24 MB is still far beyond the budget, and each
-		// holds more than 2 MB while it writes: the budget is reached.
-		records, perKind = 24, 64
-	}
+	const records, size = 100, 1000 << 10 // ~100 MB
+	const perKind = 128
 	sid := bigHistory(t, e, records, size)
 	last := uint64(records + 1)
 	rt := e.a.Runtime()
@@ -198,7 +200,7 @@ func TestNeverReadingHTTPFollowersStayWithinTheStreamBudget(t *testing.T) {
 		if grown > budget+storeReadAllowance {
 			t.Fatalf("sample %d: live heap grew by %d MiB, over the budget (%d MiB) and the store reads' allowance; stream buffers %+v", i, grown>>20, budget>>20, st)
 		}
-		opened = opened || st.Windows >= int64(perKind)
+		opened = opened || st.Windows >= perKind
 		if opened && st.Windows == 0 && st.Used == 0 {
 			break
 		}
@@ -210,7 +212,7 @@ func TestNeverReadingHTTPFollowersStayWithinTheStreamBudget(t *testing.T) {
 	st := rt.StreamBudget().Stats()
 	t.Logf("%d never-reading SSE and %d WebSocket followers on %d MiB of history: live heap at most %+d MiB (budget %d MiB); %d deliveries waited",
 		perKind, perKind, records*size>>20, worst>>20, budget>>20, st.Waits)
-	if st.Waits < int64(perKind) {
+	if st.Waits < perKind {
 		t.Errorf("only %d deliveries waited: the budget was never reached", st.Waits)
 	}
 

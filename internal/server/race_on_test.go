@@ -2,7 +2,6 @@
 
 package server_test
 
-// raceEnabled: the stream-memory tests write less history under the race
-// detector (encoding and decoding a 1 MB record is ~10x slower there);
-// the bound they check is the same.
+// raceEnabled: the stream-memory heap tests measure the production build
+// only (see their comments); .ci/run runs them without -race.
 const raceEnabled = true

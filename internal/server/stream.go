@@ -51,6 +51,7 @@ type streamState struct {
 	following  bool
 	lastSent   uint64 // the last session envelope whose Send returned (trailer)
 	sending    bool   // a session envelope's Send is in flight
+	superseded bool   // a protocol-mode attachment of the same caller ended the follow
 	headerSent bool
 	// seen is the sequence number of the last record the follower handled
 	// (delivered, or skipped as envelope-less). After the client
@@ -146,6 +147,9 @@ func (s *Service) StreamSession(stream grpc.BidiStreamingServer[macpv1.StreamSes
 			}
 			if ctx.Err() != nil {
 				return nil
+			}
+			if st.isSuperseded() {
+				return st.finish(errSuperseded)
 			}
 			var ce *coord.Error
 			if errors.As(err, &ce) && ce.Code == coord.CodeRateLimited {
@@ -334,6 +338,17 @@ func (st *streamState) enqueueRecord(ctx context.Context, it outItem) error {
 	}
 }
 
+// errSuperseded ends a follow superseded by a protocol-mode attachment of
+// the same caller (docs/resume.md "One active attachment per caller and
+// session"); the trailer's macp-last-sequence is where it stopped.
+var errSuperseded = status.Error(codes.Aborted, "superseded: the same caller attached to this session in protocol mode (session/start or session/resume) on another connection; this stream delivers nothing more")
+
+func (st *streamState) isSuperseded() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.superseded
+}
+
 func (st *streamState) isFollowing() bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -393,7 +408,19 @@ func (st *streamState) follow(ctx context.Context, sessionID string, after uint6
 	st.mu.Lock()
 	st.following = true
 	st.mu.Unlock()
+	// A protocol-mode attachment of the same identity to this session
+	// (session/start, session/resume) supersedes this follow
+	// (runtime/attach.go, docs/resume.md): it ends with ABORTED.
+	ctx, cancel := context.WithCancel(ctx)
+	untrack := st.s.rt.Attachments().Track(st.id.Sender, sessionID, func() {
+		st.mu.Lock()
+		st.superseded = true
+		st.mu.Unlock()
+		cancel()
+	})
 	go func() {
+		defer cancel()
+		defer untrack()
 		err := st.s.rt.Follow(ctx, st.id, sessionID, after, runtime.FollowOptions{
 			LiveSinceMs: st.openedMs,
 			OnStartAfter: func(lastSeq, from uint64) {

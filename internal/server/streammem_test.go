@@ -91,6 +91,13 @@ func liveHeap() uint64 {
 // the streams fill their windows allow storeReadAllowance for it; once
 // they have settled, the bound is the budget itself.
 func TestNeverReadingSubscribersStayWithinTheStreamBudget(t *testing.T) {
+	if raceEnabled {
+		// The race detector's instrumentation changes what the heap holds
+		// and slows encoding tenfold: one run under -race measured +460 MiB
+		// at the first sample. The bound is a property of the production
+		// build; .ci/run runs this test without -race (a named step).
+		t.Skip("heap bound measured without -race; .ci/run runs it (go test -run '^TestNeverReading' ./internal/server ./internal/httpapi)")
+	}
 	if testing.Short() {
 		t.Skip("writes 100 MB of history; run without -short")
 	}
@@ -107,10 +114,7 @@ func TestNeverReadingSubscribersStayWithinTheStreamBudget(t *testing.T) {
 	// machine: the stall clock of a stream that holds nothing does not run.
 	cfg.Limits.StreamStallTimeout = 5 * time.Second
 	e := startApp(t, cfg)
-	records, size := 100, 1000<<10 // ~100 MB
-	if raceEnabled {
-		records = 40 // 256 streams x 40 MB is still far beyond the budget
-	}
+	const records, size = 100, 1000 << 10 // ~100 MB
 	sid, _ := bigHistory(t, e, records, size)
 
 	// One full replay by a reading client first: the store's caches are
