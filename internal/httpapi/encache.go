@@ -12,13 +12,20 @@ import (
 // not once per follower. Lock-free and fixed-size: a slot keeps the last
 // envelope that hashed to it; a miss just encodes again. Entries are keyed
 // by the envelope's identity (the runtime hands every follower the same
-// record), its sequence number and the view.
+// record), its sequence number and the view. Only encodings of at most
+// encCacheMaxEntry bytes are kept, so the cache holds at most
+// encCacheSlots * encCacheMaxEntry (64 MiB) besides the stream windows:
+// a large envelope is encoded per feed, its bytes charged to that feed's
+// window (feedwindow.go).
 type encCache struct {
 	seed  maphash.Seed
 	slots [encCacheSlots]atomic.Pointer[encEntry]
 }
 
-const encCacheSlots = 4096
+const (
+	encCacheSlots    = 4096
+	encCacheMaxEntry = 16 << 10
+)
 
 type encEntry struct {
 	env  *macpv1.Envelope
@@ -42,6 +49,8 @@ func (c *encCache) encode(seq uint64, env *macpv1.Envelope, view bool) ([]byte, 
 	if err != nil {
 		return nil, err
 	}
-	slot.Store(&encEntry{env: env, seq: seq, view: view, b: b})
+	if len(b) <= encCacheMaxEntry {
+		slot.Store(&encEntry{env: env, seq: seq, view: view, b: b})
+	}
 	return b, nil
 }

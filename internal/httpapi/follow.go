@@ -24,17 +24,32 @@ import (
 // records without an envelope (a TTL expiry) are skipped. ended reports
 // that the session is terminal and everything was delivered; err is
 // deliver's error, ctx's, or a refusal (*coord.Error: SESSION_NOT_FOUND,
-// FORBIDDEN, INTERNAL_ERROR).
-func (s *Server) follow(ctx context.Context, id coord.Identity, sessionID string, after uint64, openedMs int64,
-	onStart func(last, from uint64), deliver func(seq uint64, env *macpv1.Envelope) error) (ended bool, err error) {
-	err = s.rt.Follow(ctx, id, sessionID, after, runtime.FollowOptions{
-		LiveSinceMs:  openedMs,
-		OnStartAfter: onStart,
-	}, func(rec session.Record) error {
+// FORBIDDEN, INTERNAL_ERROR; RATE_LIMITED for a stalled feed).
+//
+// With a window (feedwindow.go), every record is charged to it before it
+// is read, and deliver gets the record's charge: done(true) once the
+// message was written to the client, done(false) if it was not (it may be
+// handed on to a writer that does). Without one (the polling route,
+// which answers a bounded page), the charge is nil.
+func (s *Server) follow(ctx context.Context, id coord.Identity, sessionID string, after uint64, openedMs int64, fw *feedWindow,
+	onStart func(last, from uint64), deliver func(seq uint64, env *macpv1.Envelope, c *feedCharge) error) (ended bool, err error) {
+	opts := runtime.FollowOptions{LiveSinceMs: openedMs, OnStartAfter: onStart}
+	if fw != nil {
+		opts.Window = fw.w
+	}
+	err = s.rt.Follow(ctx, id, sessionID, after, opts, func(rec session.Record) error {
+		if fw == nil {
+			if rec.Envelope == nil {
+				return nil
+			}
+			return deliver(rec.Seq, rec.Envelope, nil)
+		}
+		cost := runtime.StreamCost(rec)
 		if rec.Envelope == nil {
+			fw.w.Release(cost)
 			return nil
 		}
-		return deliver(rec.Seq, rec.Envelope)
+		return deliver(rec.Seq, rec.Envelope, fw.queued(cost))
 	})
 	if errors.Is(err, runtime.ErrFollowEnded) {
 		return true, nil

@@ -175,12 +175,10 @@ func TestOutsidePythonWebsockets(t *testing.T) {
 			seqs = append(seqs, m.Params.SessionEventID)
 			envs = append(envs, m.Params.Envelope)
 		case m.ID == 2:
-			var r struct {
-				Ack struct {
-					Ok bool `json:"ok"`
-				} `json:"ack"`
+			var ack struct {
+				Ok bool `json:"ok"`
 			}
-			acked = json.Unmarshal(m.Result, &r) == nil && r.Ack.Ok
+			acked = json.Unmarshal(m.Result, &ack) == nil && ack.Ok // the result is the Ack
 		case m.CloseCode != 0:
 			closed = m.CloseCode == 4401
 		}

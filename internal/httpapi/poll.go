@@ -85,12 +85,12 @@ func (s *Server) readRange(ctx context.Context, id coord.Identity, sessionID str
 	defer cancel()
 	items := []pollItem{}
 	var end uint64
-	_, err := s.follow(ctx, id, sessionID, after, 0, func(last, from uint64) {
+	_, err := s.follow(ctx, id, sessionID, after, 0, nil, func(last, from uint64) {
 		end = last
 		if from >= last {
 			cancel() // caught up: nothing to read
 		}
-	}, func(seq uint64, env *macpv1.Envelope) error {
+	}, func(seq uint64, env *macpv1.Envelope, _ *feedCharge) error {
 		it := pollItem{Seq: seq, CanonicalEnvelope: wire.Canonical(env)}
 		if it.Payload != nil {
 			var p struct {

@@ -54,6 +54,9 @@ const (
 type rpcSink interface {
 	// enqueue queues one message; false when ctx or the connection ended.
 	enqueue(ctx context.Context, msg []byte) bool
+	// enqueueCharged is enqueue for a message charged to a feed window
+	// (feedwindow.go): done is called once it was written or dropped.
+	enqueueCharged(ctx context.Context, msg []byte, c *feedCharge) bool
 	// identity is the connection's authenticated caller.
 	identity() coord.Identity
 	// connCtx ends with the connection.
@@ -126,20 +129,33 @@ func (s *Server) attach(sink rpcSink, sid string, after uint64, onStart func(a *
 	go func() {
 		defer close(a.done)
 		defer cancel()
+		fw := s.newFeedWindow() // feedwindow.go
+		defer fw.end()
 		dirty := make(chan struct{}, 1)
 		notifierDone := make(chan struct{})
 		started, outside, registered := false, false, false
 		var startLast uint64
 		deliver := func(rec session.Record) error {
+			cost := runtime.StreamCost(rec)
 			if outside && rec.Seq <= startLast {
+				fw.w.Release(cost)
 				return errRestart
 			}
-			if rec.Envelope != nil {
-				b, err := s.enc.encode(rec.Seq, rec.Envelope, false)
+			if rec.Envelope == nil {
+				fw.w.Release(cost)
+			} else {
+				c := fw.queued(cost)
+				b, err := s.encodeFeed(ctx, rec.Seq, rec.Envelope, false)
+				var msg []byte
+				if err == nil {
+					msg = envelopeNotification(sid, rec.Seq, b)
+					err = c.grow(ctx, int64(len(msg))) // what the queue holds
+				}
 				if err != nil {
+					c.done(false)
 					return err
 				}
-				if !sink.enqueue(ctx, jsonrpc.Notify(rpcEnvelope, map[string]any{"sessionId": sid, "sessionEventId": rec.Seq, "envelope": json.RawMessage(b)})) {
+				if !sink.enqueueCharged(ctx, msg, c) {
 					return ctx.Err()
 				}
 			}
@@ -167,7 +183,7 @@ func (s *Server) attach(sink rpcSink, sid string, after uint64, onStart func(a *
 			}
 		}
 		nctx, ncancel := context.WithCancel(ctx)
-		opts := runtime.FollowOptions{LiveSinceMs: openedMs, OnStartAfter: func(last, from uint64) {
+		opts := runtime.FollowOptions{LiveSinceMs: openedMs, Window: fw.w, OnStartAfter: func(last, from uint64) {
 			started = true
 			startLast = last
 			catchup := true
@@ -179,6 +195,9 @@ func (s *Server) attach(sink rpcSink, sid string, after uint64, onStart func(a *
 			a.last = from
 			a.mu.Unlock()
 			s.attached.put(a)
+			// ... and on gRPC: the caller's StreamSession follows of sid
+			// end (runtime/attach.go).
+			s.rt.Attachments().Supersede(id.Sender, sid)
 			registered = true
 			onStart(a, catchup, from)
 			// The latest metadata follows the response even when nothing

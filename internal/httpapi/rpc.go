@@ -38,21 +38,17 @@ type rpcStream struct {
 	owner  coord.Identity
 	ctx    context.Context
 	cancel context.CancelFunc
-	out    chan []byte
+	out    chan outMsg
 	pc     *protoConn
 }
 
 func (st *rpcStream) identity() coord.Identity { return st.owner }
 func (st *rpcStream) connCtx() context.Context { return st.ctx }
 func (st *rpcStream) enqueue(ctx context.Context, msg []byte) bool {
-	select {
-	case st.out <- msg:
-		return true
-	case <-ctx.Done():
-		return false
-	case <-st.ctx.Done():
-		return false
-	}
+	return enqueueOut(st.out, ctx, st.ctx, outMsg{b: msg})
+}
+func (st *rpcStream) enqueueCharged(ctx context.Context, msg []byte, c *feedCharge) bool {
+	return enqueueOut(st.out, ctx, st.ctx, outMsg{b: msg, charge: c})
 }
 
 type rpcStreams struct {
@@ -98,7 +94,7 @@ func (s *Server) rpcStream(w http.ResponseWriter, r *http.Request) {
 	_, _ = rand.Read(kb[:])
 	ctx, cancel := contextWithDrain(r.Context(), s.drain)
 	defer cancel()
-	st := &rpcStream{key: hex.EncodeToString(kb[:]), owner: id, ctx: ctx, cancel: cancel, out: make(chan []byte, wsOutQueue)}
+	st := &rpcStream{key: hex.EncodeToString(kb[:]), owner: id, ctx: ctx, cancel: cancel, out: make(chan outMsg, wsOutQueue)}
 	st.pc = s.newProtoConn(id, st, false)
 	tab := s.rpcStreamTable()
 	tab.mu.Lock()
@@ -110,6 +106,7 @@ func (s *Server) rpcStream(w http.ResponseWriter, r *http.Request) {
 		tab.mu.Unlock()
 		cancel()
 		st.pc.detachAll()
+		drainOut(st.out) // every attachment has ended: what is left was never written
 	}()
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -132,7 +129,9 @@ func (s *Server) rpcStream(w http.ResponseWriter, r *http.Request) {
 	for {
 		select {
 		case msg := <-st.out:
-			if !write([]byte("event: message\ndata: " + string(msg) + "\n\n")) {
+			ok := write([]byte("event: message\ndata: " + string(msg.b) + "\n\n"))
+			msg.finish(ok)
+			if !ok {
 				return
 			}
 		case <-t.C:
@@ -212,5 +211,5 @@ func (s *Server) rpcSend(ctx context.Context, id coord.Identity, req *jsonrpc.Re
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the ack could not be encoded"}
 	}
-	return map[string]json.RawMessage{"ack": ab}, nil
+	return json.RawMessage(ab), nil // the result is the Ack itself (issue #14; docs/resume.md)
 }

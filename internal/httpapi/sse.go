@@ -13,10 +13,15 @@ import (
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/wire"
+	"google.golang.org/protobuf/proto"
 )
 
 // sseRetryMs is the reconnection delay sent to EventSource clients.
 const sseRetryMs = 2000
+
+// sseKeepBuffer is the largest event buffer an SSE feed keeps between
+// events; a larger one (a large envelope) is dropped once written.
+const sseKeepBuffer = 64 << 10
 
 // sseCursor reads the resume point: Last-Event-ID (sent by a reconnecting
 // EventSource) or ?after_sequence=; both, and different, is an error.
@@ -193,9 +198,18 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
-	ended, err := s.follow(ctx, id, sid, after, openedMs, onStart, func(seq uint64, env *macpv1.Envelope) error {
-		b, err := s.enc.encode(seq, env, view)
+	fw := s.newFeedWindow() // feedwindow.go
+	defer fw.end()
+	ended, err := s.follow(ctx, id, sid, after, openedMs, fw, onStart, func(seq uint64, env *macpv1.Envelope, c *feedCharge) error {
+		done := c.done
+		b, err := s.encodeFeed(ctx, seq, env, view)
+		if err == nil {
+			// While the event is written, the decoded record and its JSON
+			// are both held.
+			err = c.grow(ctx, int64(len(b))+int64(proto.Size(env)))
+		}
 		if err != nil {
+			done(false)
 			return err
 		}
 		mu.Lock()
@@ -203,10 +217,24 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request) {
 		buf.WriteString("id: ")
 		buf.WriteString(strconv.FormatUint(seq, 10))
 		buf.WriteString("\ndata: ")
+		if len(b) > sseKeepBuffer {
+			// A large envelope is written as it is, not copied into buf.
+			if err = write(false); err == nil {
+				_ = rc.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
+				if _, err = w.Write(b); err != nil {
+					cancel()
+				}
+			}
+			b = nil
+		}
 		buf.Write(b)
 		buf.WriteString("\n\n")
 		lastID = seq
-		if err := write(false); err != nil {
+		if werr := write(false); err == nil {
+			err = werr
+		}
+		done(err == nil) // written: the bytes are the connection's now
+		if err != nil {
 			return err
 		}
 		select {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // RFC-MACP-0006 §4 SSE feed: id = sequence number, Last-Event-ID resumes
@@ -122,8 +124,11 @@ func TestWebSocketSendSubscribe(t *testing.T) {
 		}
 		switch {
 		case m.Result != nil:
-			if !strings.Contains(string(m.Result), `"ok":true`) {
-				t.Fatalf("ack %s", m.Result)
+			// Issue #14: macp/send's result is the Ack itself (strict
+			// decoding: a wrapper object would be an unknown field).
+			ack := &macpv1.Ack{}
+			if err := protojson.Unmarshal(m.Result, ack); err != nil || !ack.Ok {
+				t.Fatalf("macp/send result is not an ok Ack: %s (%v)", m.Result, err)
 			}
 			acks++
 		case m.Method == "notifications/macp/envelope":

@@ -22,7 +22,7 @@ import (
 //
 // Methods:
 //
-//	macp/send        {"envelope": <Envelope JSON>}                -> {"ack": <Ack JSON>}
+//	macp/send        {"envelope": <Envelope JSON>}                -> <Ack JSON>
 //	macp/subscribe   {"sessionId", "afterSequence"?, "payload"?}  -> {"sessionId", "lastSequence", "resumeAfter"}
 //	macp/unsubscribe {"sessionId"}                                -> {"sessionId", "lastSequence"}
 //
@@ -33,8 +33,9 @@ import (
 //	notifications/macp/end      {"sessionId", "lastSequence"}        the session is terminal, all delivered
 //	notifications/macp/error    {"sessionId", "error": <MACPError>}  the subscription failed and ended
 //
-// macp/send is admitted by runtime.Send like gRPC Send; a rejection is a
-// result whose ack has ok=false and the MACPError, as on gRPC. Requests
+// macp/send is admitted by runtime.Send like gRPC Send; its result is the
+// Ack, and a rejection is a result with ok=false and the MACPError, as on
+// gRPC. Requests
 // are handled in the order they arrive, one at a time per connection, so
 // envelopes sent on one connection are admitted in order. JSON-RPC
 // errors: -32700 (not JSON, invalid UTF-8), -32600, -32601, -32602 (bad
@@ -78,7 +79,7 @@ type wsConn struct {
 	id     coord.Identity
 	ctx    context.Context
 	cancel context.CancelFunc
-	out    chan []byte
+	out    chan outMsg
 
 	mu   sync.Mutex
 	subs map[string]*wsSub
@@ -110,7 +111,7 @@ func (s *Server) websocket(w http.ResponseWriter, r *http.Request) {
 	c.SetReadLimit(s.maxBody())
 	ctx, cancel := contextWithDrain(r.Context(), s.drain)
 	defer cancel()
-	wc := &wsConn{s: s, c: c, id: id, ctx: ctx, cancel: cancel, out: make(chan []byte, wsOutQueue), subs: make(map[string]*wsSub)}
+	wc := &wsConn{s: s, c: c, id: id, ctx: ctx, cancel: cancel, out: make(chan outMsg, wsOutQueue), subs: make(map[string]*wsSub)}
 	wc.pc = s.newProtoConn(id, wc, true)
 	wc.pc.transportMode = func(sid string) bool {
 		wc.mu.Lock()
@@ -129,6 +130,7 @@ func (s *Server) websocket(w http.ResponseWriter, r *http.Request) {
 	wc.unsubscribeAll()
 	wc.pc.detachAll()
 	<-writerDone
+	drainOut(wc.out) // every follower has ended: what is left was never written
 	if code != 0 {
 		_ = c.Close(code, reason)
 	} else {
@@ -181,8 +183,9 @@ func (wc *wsConn) writeLoop() {
 		select {
 		case msg := <-wc.out:
 			ctx, cancel := context.WithTimeout(wc.ctx, wc.s.opts.WriteTimeout)
-			err := wc.c.Write(ctx, websocket.MessageText, msg)
+			err := wc.c.Write(ctx, websocket.MessageText, msg.b)
 			cancel()
+			msg.finish(err == nil)
 			if err != nil {
 				wc.cancel()
 				return
@@ -265,8 +268,10 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 	go func() {
 		defer close(sub.done)
 		defer release()
+		fw := wc.s.newFeedWindow() // feedwindow.go
+		defer fw.end()
 		didStart := false
-		ended, err := wc.s.follow(ctx, wc.id, p.SessionID, p.AfterSequence, openedMs, func(last, from uint64) {
+		ended, err := wc.s.follow(ctx, wc.id, p.SessionID, p.AfterSequence, openedMs, fw, func(last, from uint64) {
 			didStart = true
 			wc.mu.Lock()
 			sub.last = from
@@ -274,12 +279,18 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 			// The response goes out before any notification.
 			wc.enqueue(ctx, jsonrpc.Reply(req, map[string]any{"sessionId": p.SessionID, "lastSequence": last, "resumeAfter": from}, nil))
 			started <- nil
-		}, func(seq uint64, env *macpv1.Envelope) error {
-			b, err := wc.s.enc.encode(seq, env, view)
+		}, func(seq uint64, env *macpv1.Envelope, c *feedCharge) error {
+			b, err := wc.s.encodeFeed(ctx, seq, env, view)
+			var msg []byte
+			if err == nil {
+				msg = envelopeNotification(p.SessionID, seq, b)
+				err = c.grow(ctx, int64(len(msg))) // what the queue holds
+			}
 			if err != nil {
+				c.done(false)
 				return err
 			}
-			if !wc.enqueue(ctx, jsonrpc.Notify(rpcEnvelope, map[string]any{"sessionId": p.SessionID, "sessionEventId": seq, "envelope": json.RawMessage(b)})) {
+			if !wc.enqueueCharged(ctx, msg, c) {
 				return ctx.Err()
 			}
 			wc.mu.Lock()

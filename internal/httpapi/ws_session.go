@@ -40,14 +40,13 @@ func (wc *wsConn) connCtx() context.Context { return wc.ctx }
 // enqueue queues msg for the writer, waiting while the queue is full,
 // until ctx or the connection ends.
 func (wc *wsConn) enqueue(ctx context.Context, msg []byte) bool {
-	select {
-	case wc.out <- msg:
-		return true
-	case <-ctx.Done():
-		return false
-	case <-wc.ctx.Done():
-		return false
-	}
+	return enqueueOut(wc.out, ctx, wc.ctx, outMsg{b: msg})
+}
+
+// enqueueCharged is enqueue for a message charged to a feed window: done
+// is called once it was written or dropped.
+func (wc *wsConn) enqueueCharged(ctx context.Context, msg []byte, c *feedCharge) bool {
+	return enqueueOut(wc.out, ctx, wc.ctx, outMsg{b: msg, charge: c})
 }
 
 // register adds the protocol-mode methods to d.

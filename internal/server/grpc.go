@@ -422,9 +422,9 @@ func (s *Service) WatchSignals(_ *macpv1.WatchSignalsRequest, stream grpc.Server
 	// The encoded copy gRPC keeps until the client reads is charged to the
 	// stream buffers (runtime/streambudget.go): a watcher that does not
 	// read waits here, its subscription fills up and it is dropped.
-	w := s.rt.StreamBudget().NewWindow()
-	defer w.Close()
-	tr := sentTracker{w: w}
+	sw := newSendWindow(s.rt)
+	defer sw.end()
+	w := sw.w
 	for {
 		select {
 		case env := <-sub.C:
@@ -437,10 +437,9 @@ func (s *Service) WatchSignals(_ *macpv1.WatchSignalsRequest, stream grpc.Server
 				return nil
 			}
 			resp := &macpv1.WatchSignalsResponse{Envelope: env}
-			if err := stream.Send(resp); err != nil {
+			if err := sw.send(resp, cost, func() error { return stream.Send(resp) }); err != nil {
 				return err
 			}
-			tr.sent(cost, resp)
 		case <-sub.Done():
 			return statusErr(coord.Errorf(coord.CodeRateLimited, "signal watcher fell behind and was disconnected (signals are not replayed); reconnect to continue"))
 		case <-stream.Context().Done():

@@ -42,13 +42,16 @@ type streamState struct {
 	openedMs int64
 
 	out chan outItem
-	// window holds what the follower read for this stream until the
-	// client has taken it (runtime/streambudget.go; sendLoop releases).
+	// window holds what the follower read for this stream until gRPC
+	// has written it (runtime/streambudget.go; sendrelease.go).
 	window     *runtime.StreamWindow
+	sw         *sendWindow
 	mu         sync.Mutex // guards bound, following, lastSent, seen, drainTo, drained, headerSent
 	bound      string
 	following  bool
 	lastSent   uint64 // the last session envelope whose Send returned (trailer)
+	sending    bool   // a session envelope's Send is in flight
+	superseded bool   // a protocol-mode attachment of the same caller ended the follow
 	headerSent bool
 	// seen is the sequence number of the last record the follower handled
 	// (delivered, or skipped as envelope-less). After the client
@@ -60,6 +63,7 @@ type streamState struct {
 
 	followDone chan error
 	stopSend   chan struct{}
+	ctxDone    <-chan struct{} // the call's context
 	sendErr    chan error
 	cancel     context.CancelFunc // ends the call (a failed Send)
 }
@@ -79,12 +83,14 @@ func (s *Service) StreamSession(stream grpc.BidiStreamingServer[macpv1.StreamSes
 	st := &streamState{
 		s: s, stream: stream, id: id, openedMs: s.rt.Clock().Now().UnixMilli(),
 		out:        make(chan outItem, 64),
-		window:     s.rt.StreamBudget().NewWindow(),
 		followDone: make(chan error, 1),
 		stopSend:   make(chan struct{}),
+		ctxDone:    ctx.Done(),
 		sendErr:    make(chan error, 1),
 		cancel:     cancel,
 	}
+	st.sw = newSendWindow(s.rt)
+	st.window = st.sw.w
 	reqs := make(chan *macpv1.StreamSessionRequest)
 	recvErr := make(chan error, 1)
 	go func() {
@@ -101,8 +107,12 @@ func (s *Service) StreamSession(stream grpc.BidiStreamingServer[macpv1.StreamSes
 			}
 		}
 	}()
-	defer st.window.Close()
-	go func() { st.sendErr <- st.sendLoop() }()
+	defer st.sw.end()
+	st.sw.hold() // the sender's: it may still be in Send when the call ends
+	go func() {
+		defer st.sw.drop()
+		st.sendErr <- st.sendLoop()
+	}()
 
 	var hb <-chan time.Time
 	if d := s.opts.StreamHeartbeat; d > 0 {
@@ -137,6 +147,9 @@ func (s *Service) StreamSession(stream grpc.BidiStreamingServer[macpv1.StreamSes
 			}
 			if ctx.Err() != nil {
 				return nil
+			}
+			if st.isSuperseded() {
+				return st.finish(errSuperseded)
 			}
 			var ce *coord.Error
 			if errors.As(err, &ce) && ce.Code == coord.CodeRateLimited {
@@ -201,12 +214,27 @@ func (st *streamState) finish(err error) error {
 }
 
 // abandon ends the call without waiting for the sender (the client does
-// not read): the sender's Send fails once the call is over.
+// not read): the sender's Send fails once the call is over. A Send that
+// is about to return has queued its message, which the client will get
+// before the trailer: it is given sendSettle to return, so that the
+// trailer names it. One still waiting after that waits for the client's
+// flow-control window, so its message was not queued.
 func (st *streamState) abandon(err error) error {
 	close(st.stopSend)
+	for deadline := time.Now().Add(sendSettle); ; time.Sleep(time.Millisecond) {
+		st.mu.Lock()
+		busy := st.sending
+		st.mu.Unlock()
+		if !busy || time.Now().After(deadline) {
+			break
+		}
+	}
 	st.setTrailer()
 	return err
 }
+
+// sendSettle is how long abandon waits for a Send in flight.
+const sendSettle = 100 * time.Millisecond
 
 // setTrailer sets macp-last-sequence on a stream that started delivering
 // a session (docs/resume.md: refused subscriptions and streams never
@@ -220,38 +248,6 @@ func (st *streamState) setTrailer() {
 	}
 }
 
-// sentTracker keeps the window charges of the messages gRPC may still
-// hold after Send returned: a message has left the HTTP/2 send queue once
-// Sends of at least transportQueueBytes returned after it.
-type sentTracker struct {
-	w     *runtime.StreamWindow
-	held  []sentMsg
-	after int // bytes sent after held[0]
-}
-
-type sentMsg struct {
-	cost int64
-	size int
-}
-
-// sent records that Send(m), charged cost, returned.
-func (tr *sentTracker) sent(cost int64, m proto.Message) {
-	tr.w.Sent(cost)
-	if cost == 0 && len(tr.held) == 0 {
-		return
-	}
-	size := proto.Size(m)
-	if len(tr.held) > 0 {
-		tr.after += size
-	}
-	tr.held = append(tr.held, sentMsg{cost, size})
-	for len(tr.held) > 1 && tr.after >= transportQueueBytes {
-		tr.w.ReleaseSent(tr.held[0].cost)
-		tr.held = tr.held[1:]
-		tr.after -= tr.held[0].size
-	}
-}
-
 // outItem is one queued response: seq is the session envelope's sequence
 // number (0 for heartbeats and errors), cost what the window was charged
 // for it (released by sendLoop).
@@ -261,29 +257,26 @@ type outItem struct {
 	cost int64
 }
 
-// transportQueueBytes is how much gRPC queues per stream before Send
-// waits (grpc-go's per-stream write quota, 64 KiB): once Sends of at
-// least this many bytes returned after a message, that message has left
-// the HTTP/2 send queue and its window charge can be released.
-const transportQueueBytes = 64 << 10
-
 // sendLoop is the only goroutine calling stream.Send. After stopSend
-// closes it sends what is still queued and returns. It keeps the window
-// charges of the messages gRPC may still hold (the last
-// transportQueueBytes sent, plus one) and releases older ones.
+// closes it sends what is still queued and returns. The window charge of
+// a sent record is released when gRPC has written it (sendrelease.go).
 func (st *streamState) sendLoop() error {
-	tr := sentTracker{w: st.window}
 	send := func(it outItem) error {
-		if err := st.stream.Send(it.resp); err != nil {
-			return err
-		}
 		if it.seq > 0 {
 			st.mu.Lock()
-			st.lastSent = it.seq
+			st.sending = true
 			st.mu.Unlock()
 		}
-		tr.sent(it.cost, it.resp)
-		return nil
+		err := st.sw.send(it.resp, it.cost, func() error { return st.stream.Send(it.resp) })
+		if it.seq > 0 {
+			st.mu.Lock()
+			st.sending = false
+			if err == nil {
+				st.lastSent = it.seq
+			}
+			st.mu.Unlock()
+		}
+		return err
 	}
 	for {
 		select {
@@ -292,6 +285,8 @@ func (st *streamState) sendLoop() error {
 				st.cancel() // the client is gone: end the call
 				return err
 			}
+		case <-st.ctxDone:
+			return nil // the call is over (the client left): nothing more can be sent
 		case <-st.stopSend:
 			for {
 				select {
@@ -341,6 +336,17 @@ func (st *streamState) enqueueRecord(ctx context.Context, it outItem) error {
 	case <-stall:
 		return st.window.Stalled()
 	}
+}
+
+// errSuperseded ends a follow superseded by a protocol-mode attachment of
+// the same caller (docs/resume.md "One active attachment per caller and
+// session"); the trailer's macp-last-sequence is where it stopped.
+var errSuperseded = status.Error(codes.Aborted, "superseded: the same caller attached to this session in protocol mode (session/start or session/resume) on another connection; this stream delivers nothing more")
+
+func (st *streamState) isSuperseded() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.superseded
 }
 
 func (st *streamState) isFollowing() bool {
@@ -402,7 +408,19 @@ func (st *streamState) follow(ctx context.Context, sessionID string, after uint6
 	st.mu.Lock()
 	st.following = true
 	st.mu.Unlock()
+	// A protocol-mode attachment of the same identity to this session
+	// (session/start, session/resume) supersedes this follow
+	// (runtime/attach.go, docs/resume.md): it ends with ABORTED.
+	ctx, cancel := context.WithCancel(ctx)
+	untrack := st.s.rt.Attachments().Track(st.id.Sender, sessionID, func() {
+		st.mu.Lock()
+		st.superseded = true
+		st.mu.Unlock()
+		cancel()
+	})
 	go func() {
+		defer cancel()
+		defer untrack()
 		err := st.s.rt.Follow(ctx, st.id, sessionID, after, runtime.FollowOptions{
 			LiveSinceMs: st.openedMs,
 			OnStartAfter: func(lastSeq, from uint64) {

@@ -5,8 +5,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	goruntime "runtime"
+	"runtime/metrics"
 	"strconv"
 	"sync"
 	"testing"
@@ -55,12 +55,21 @@ func windowedClient(t *testing.T, addr string) macpv1.MACPRuntimeServiceClient {
 	return macpv1.NewMACPRuntimeServiceClient(conn)
 }
 
+// storeReadAllowance is what store reads in progress may hold besides
+// the stream buffers (see TestNeverReadingSubscribersStayWithinTheStreamBudget).
+const storeReadAllowance = 128 << 20
+
+// liveHeap is the heap that a full collection found reachable
+// (runtime/metrics /gc/heap/live:bytes, read right after runtime.GC):
+// what is allocated after the collection's mark phase (HeapAlloc counts
+// it, and 256 busy streams allocate a lot meanwhile) is not in it, and
+// neither is what pools hold but would drop.
 func liveHeap() uint64 {
+	goruntime.GC() // a second one: what sync.Pools (gRPC's buffer pool) dropped is garbage only after two
 	goruntime.GC()
-	goruntime.GC()
-	var m goruntime.MemStats
-	goruntime.ReadMemStats(&m)
-	return m.HeapAlloc
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
 
 // checklist SEC-6 (every buffer a client can make the server hold is
@@ -68,19 +77,29 @@ func liveHeap() uint64 {
 // subscriptions from after_sequence 0 that never read, from one identity
 // (the default MACP_MAX_STREAMS_PER_IDENTITY), on a session with about
 // 100 MB of durable history, raise the live heap by at most the default
-// MACP_STREAM_BUFFER_BUDGET_BYTES. Replay is paced by what each client
-// takes: the streams wait, they do not queue history.
+// MACP_STREAM_BUFFER_BUDGET_BYTES, while they wait and after they have
+// been ended as stalled: a stream ended while gRPC still holds its last
+// messages keeps them charged until gRPC has written or dropped them
+// (sendrelease.go). Replay is paced by what each client takes: the
+// streams wait, they do not queue history.
+//
+// While followers read the store, each read in progress also holds a few
+// records that are not charged yet (the store decodes the session's last
+// record and the predecessor of the first one it returns, and the record
+// the window refused is decoded before it is refused): docs/security.md
+// "Stream buffers" documents this transient, and the samples taken while
+// the streams fill their windows allow storeReadAllowance for it; once
+// they have settled, the bound is the budget itself.
 func TestNeverReadingSubscribersStayWithinTheStreamBudget(t *testing.T) {
+	if raceEnabled {
+		// The race detector's instrumentation changes what the heap holds
+		// and slows encoding tenfold: one run under -race measured +460 MiB
+		// at the first sample. The bound is a property of the production
+		// build; .ci/run runs this test without -race (a named step).
+		t.Skip("heap bound measured without -race; .ci/run runs it (go test -run '^TestNeverReading' ./internal/server ./internal/httpapi)")
+	}
 	if testing.Short() {
 		t.Skip("writes 100 MB of history; run without -short")
-	}
-	// Not yet proven: one CI-length run measured the heap 623 MiB above
-	// its base at the first check (other runs: +146 to +154 MiB against
-	// the 256 MiB budget). Until it is known whether that is garbage the
-	// measurement counts or memory outside the stream windows (gRPC's
-	// transport), it runs on request only, where it fails visibly.
-	if os.Getenv("MACP_STREAM_MEMORY_TEST") != "1" {
-		t.Skip("set MACP_STREAM_MEMORY_TEST=1: the heap bound is not yet proven stable (see the comment)")
 	}
 	cfg := testConfig()
 	cfg.MemoryOnly = false
@@ -89,14 +108,19 @@ func TestNeverReadingSubscribersStayWithinTheStreamBudget(t *testing.T) {
 	if budget != config.DefaultLimits().StreamBufferBudgetBytes {
 		t.Fatalf("test config changed the budget: %d", budget)
 	}
+	// Short enough that the streams are ended as stalled within the test
+	// (what an ended stream leaves in the transport counts too), long
+	// enough that all 256 are subscribed and waiting first on a loaded
+	// machine: the stall clock of a stream that holds nothing does not run.
+	cfg.Limits.StreamStallTimeout = 5 * time.Second
 	e := startApp(t, cfg)
 	const records, size = 100, 1000 << 10 // ~100 MB
-	sid, ids := bigHistory(t, e, records, size)
+	sid, _ := bigHistory(t, e, records, size)
 
 	// One full replay by a reading client first: the store's caches are
 	// as warm as they get, so what follows measures the streams only.
 	{
-		ctx, cancel := context.WithTimeout(as("bob"), time.Minute)
+		ctx, cancel := context.WithTimeout(as("bob"), 5*time.Minute)
 		s, err := e.c.StreamSession(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -115,6 +139,8 @@ func TestNeverReadingSubscribersStayWithinTheStreamBudget(t *testing.T) {
 		}
 		cancel()
 	}
+	rt := e.app.Runtime()
+	eventually(t, "the reading stream's window closed", func() bool { return rt.StreamBudget().Stats().Windows == 0 })
 	base := liveHeap()
 
 	const streams = 256 // the default per-identity stream limit
@@ -135,7 +161,7 @@ func TestNeverReadingSubscribersStayWithinTheStreamBudget(t *testing.T) {
 				err = s.Send(&macpv1.StreamSessionRequest{SubscribeSessionId: sid})
 			}
 			if err == nil {
-				_, err = s.Header() // the subscription started; no message is ever read
+				_, err = s.Header() // the subscription started; no message is read yet
 			}
 			if err != nil {
 				errs <- err
@@ -147,41 +173,52 @@ func TestNeverReadingSubscribersStayWithinTheStreamBudget(t *testing.T) {
 	for err := range errs {
 		t.Fatalf("subscribing: %v", err)
 	}
-	// Let the streams take what the bounds allow: wait until the budget
-	// has been reached and used stops moving (not a timing assertion:
-	// the bound below holds at any moment; this waits for the worst one).
-	rt := e.app.Runtime()
-	var prev int64 = -1
-	i := 0
-	pollUntil(60*time.Second, 100*time.Millisecond, func() bool { // until the buffers stop growing
+	// Sample the heap while the streams fill their windows, wait and are
+	// ended as stalled, until no more are ended for twice the stall
+	// timeout (the bound holds at every sample; this only decides how
+	// long to look). Streams ended while gRPC still holds what they sent
+	// keep it charged, so the streams still waiting may wait for good:
+	// the budget is what bounds them.
+	var worst int64
+	sample := func(when string, bound int64) {
+		grown := int64(liveHeap()) - int64(base)
 		st := rt.StreamBudget().Stats()
-		if st.Used == prev && st.Waits >= streams/2 {
-			return true
+		if grown > worst {
+			worst = grown
 		}
-		prev = st.Used
-		if i%10 == 0 {
-			t.Logf("i=%d %+v", i, st)
+		if grown > bound {
+			t.Fatalf("%s: live heap grew by %d MiB, over %d MiB (budget %d MiB); stream buffers %+v",
+				when, grown>>20, bound>>20, budget>>20, st)
 		}
-		i++
-		if h := liveHeap(); h > base+2*uint64(budget) {
-			t.Fatalf("heap grew by %d MiB, over twice the budget (%d MiB)", (h-base)>>20, budget>>20)
-		}
-		return false
-	})
-	st := rt.StreamBudget().Stats()
-	grown := int64(liveHeap()) - int64(base)
-	t.Logf("%d never-reading streams on %d MiB of history: heap %+d MiB (budget %d MiB); stream buffers hold %d MiB, %d deliveries waited",
-		streams, records*size>>20, grown>>20, budget>>20, st.Used>>20, st.Waits)
-	if st.Windows < streams {
-		t.Fatalf("%d stream windows open, want %d", st.Windows, streams)
 	}
+	quiet := 2 * cfg.Limits.StreamStallTimeout
+	stalled, changed := int64(0), time.Now()
+	i := 0
+	settled := pollUntil(3*time.Minute, 200*time.Millisecond, func() bool { // samples until no stream is ended for `quiet`
+		sample(fmt.Sprintf("sample %d", i), budget+storeReadAllowance)
+		i++
+		st := rt.StreamBudget().Stats()
+		if st.Stalled != stalled {
+			stalled, changed = st.Stalled, time.Now()
+		}
+		return st.Stalled > 0 && time.Since(changed) > quiet
+	})
+	if !settled {
+		t.Fatalf("the stream buffers did not settle: %+v", rt.StreamBudget().Stats())
+	}
+	// Settled (every stream waits or was ended, no store read in
+	// progress): within the budget itself.
+	sample("settled", budget)
+	st := rt.StreamBudget().Stats()
+	t.Logf("%d never-reading streams on %d MiB of history: live heap at most %+d MiB (budget %d MiB); %d deliveries waited, %d streams ended as stalled, buffers hold %d MiB",
+		streams, records*size>>20, worst>>20, budget>>20, st.Waits, st.Stalled, st.Used>>20)
 	if st.Waits < streams/2 {
 		t.Errorf("only %d deliveries waited: the bound was never reached (history not replayed?)", st.Waits)
 	}
-	if grown > budget {
-		t.Errorf("heap grew by %d bytes (%d MiB), over the stream buffer budget %d (%d MiB)", grown, grown>>20, budget, budget>>20)
-	}
-	_ = ids
+	// Once the clients are gone (their streams reset), gRPC drops what
+	// it held and every charge is returned.
+	cancel()
+	eventually(t, "every stream buffer returned", func() bool { st := rt.StreamBudget().Stats(); return st.Used == 0 && st.Windows == 0 })
 }
 
 // docs/security.md "Stream buffers" and docs/resume.md "Reconnecting": a
