@@ -57,7 +57,9 @@ type Options struct {
 	// TLS, when set, serves HTTPS with it (the gRPC listener's config).
 	TLS    *tls.Config
 	Logger *slog.Logger
-	// Now is the clock (time.Now).
+	// Now is the clock; by default the runtime's (Runtime.Clock), so the
+	// "live since the stream opened" rule reads the same time on every
+	// transport.
 	Now func() time.Time
 	// ReplayWindow is how many missed envelopes session/resume replays at
 	// most (0 = the whole retained history); beyond it the answer is
@@ -89,9 +91,6 @@ func (o *Options) defaults() {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
 }
 
 // Server is the HTTP binding.
@@ -121,6 +120,9 @@ type Server struct {
 // New returns the binding over rt, authenticating with a.
 func New(rt *runtime.Runtime, a auth.Authenticator, opts Options) *Server {
 	opts.defaults()
+	if opts.Now == nil {
+		opts.Now = rt.Clock().Now
+	}
 	drain, drainNow := context.WithCancel(context.Background())
 	s := &Server{
 		rt: rt, auth: a, opts: opts, log: opts.Logger, mux: http.NewServeMux(),
