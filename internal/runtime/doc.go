@@ -15,7 +15,10 @@
 //     once durable, runs each request's completion in queue order: the
 //     session's durable sequence advances, subscribers and lifecycle
 //     watchers are notified.
-//  3. Only then is the caller's Ack returned.
+//  3. Only then is the caller's Ack returned. SendPipelined (pipeline.go)
+//     returns after step 1 and hands the caller a wait for step 3, so one
+//     caller (a StreamSession) can have many envelopes of a session in
+//     flight; the Acks are Send's.
 //
 // If an append fails, the session's in-memory state is ahead of the store:
 // the owner is marked failed, every waiter gets INTERNAL_ERROR, and the

@@ -160,13 +160,31 @@ func (r *Runtime) step(ctx context.Context, env *macpv1.Envelope) *macpv1.Ack {
 }
 
 func (r *Runtime) stepOnce(ctx context.Context, env *macpv1.Envelope) (*macpv1.Ack, bool) {
+	return r.stepSubmit(ctx, env).finish(ctx, r)
+}
+
+// stepped is a session-scoped envelope decided under its owner's lock and
+// submitted to the group committer (step 3); finish waits for the commit
+// (step 4). ack is set instead when it was answered without a commit.
+type stepped struct {
+	env   *macpv1.Envelope
+	ack   *macpv1.Ack
+	o     *owner
+	out   session.Outcome
+	now   int64
+	seen  uint64
+	state session.Status
+	done  chan error
+}
+
+func (r *Runtime) stepSubmit(ctx context.Context, env *macpv1.Envelope) *stepped {
 	o, cerr := r.lockSession(ctx, env.SessionId)
 	if cerr != nil {
-		return nackFor(env, cerr, 0), false
+		return &stepped{ack: nackFor(env, cerr, 0)}
 	}
 	if cerr := r.authorizeStep(o.sess, env); cerr != nil { // authz.go: members only, before dedup
 		o.mu.Unlock()
-		return nackFor(env, cerr, 0), false
+		return &stepped{ack: nackFor(env, cerr, 0)}
 	}
 	now := r.nowMs()
 	before, seen := o.sess.Status, o.sess.Seq
@@ -179,7 +197,15 @@ func (r *Runtime) stepOnce(ctx context.Context, env *macpv1.Envelope) (*macpv1.A
 	}
 	done := r.commit.submit(o, out.Records, events, closes)
 	o.mu.Unlock()
-	if err := r.await(ctx, done, nil); err != nil {
+	return &stepped{env: env, o: o, out: out, now: now, seen: seen, state: state, done: done}
+}
+
+func (p *stepped) finish(ctx context.Context, r *Runtime) (*macpv1.Ack, bool) {
+	if p.ack != nil {
+		return p.ack, false
+	}
+	env, out, now, state := p.env, p.out, p.now, p.state
+	if err := r.await(ctx, p.done, nil); err != nil {
 		if r.sharedRetry(err) {
 			return nil, true
 		}
@@ -188,7 +214,7 @@ func (r *Runtime) stepOnce(ctx context.Context, env *macpv1.Envelope) (*macpv1.A
 		}
 		return nackFor(env, coord.Errorf(coord.CodeInternalError, "the message could not be stored"), 0), false
 	}
-	if len(out.Records) == 0 && r.staleCopy(ctx, o, seen) { // cluster.go
+	if len(out.Records) == 0 && r.staleCopy(ctx, p.o, p.seen) { // cluster.go
 		return nil, true
 	}
 	switch {

@@ -66,6 +66,9 @@ type streamState struct {
 	ctxDone    <-chan struct{} // the call's context
 	sendErr    chan error
 	cancel     context.CancelFunc // ends the call (a failed Send)
+	// acks answers the envelopes admitted once the stream follows its
+	// session, in order, while later ones are decided (streampipe.go).
+	acks *ackPipe
 }
 
 // StreamSession implements the bidirectional session stream
@@ -91,6 +94,8 @@ func (s *Service) StreamSession(stream grpc.BidiStreamingServer[macpv1.StreamSes
 	}
 	st.sw = newSendWindow(s.rt)
 	st.window = st.sw.w
+	st.acks = newAckPipe(func(ack *macpv1.Ack) { st.answer(ctx, ack) })
+	defer func() { cancel(); st.acks.stop() }()
 	reqs := make(chan *macpv1.StreamSessionRequest)
 	recvErr := make(chan error, 1)
 	go func() {
@@ -135,6 +140,7 @@ func (s *Service) StreamSession(stream grpc.BidiStreamingServer[macpv1.StreamSes
 			// delivers what was durable at this moment, then ends OK;
 			// otherwise the call is over now.
 			recvErr = nil
+			st.acks.flush(ctx) // what was admitted is durable or refused first
 			if !st.isFollowing() {
 				return st.finish(nil)
 			}
@@ -205,6 +211,7 @@ func (st *streamState) handledLocked(seq uint64) {
 // finish stops the sender after it sent everything queued, sets the
 // trailer and returns err.
 func (st *streamState) finish(err error) error {
+	st.acks.flush(st.stream.Context())
 	close(st.stopSend)
 	if serr := <-st.sendErr; serr != nil && err == nil {
 		err = serr
@@ -486,12 +493,19 @@ func (st *streamState) sendHeader(lastSeq, after uint64) {
 
 // envelope admits one envelope exactly like Send. The first accepted
 // session-scoped envelope binds the stream and starts delivery of the
-// session's accepted envelopes from that envelope on.
+// session's accepted envelopes from that envelope on. Until then each
+// envelope is answered before the next is read; once the stream follows
+// its session, envelopes are admitted without waiting for their commits
+// (runtime.SendPipelined) and answered in order by st.acks, at most
+// streamAckWindow outstanding.
 func (st *streamState) envelope(ctx context.Context, env *macpv1.Envelope) error {
 	if env.GetSessionId() != "" {
 		if err := st.bind(env.SessionId); err != nil {
 			return err
 		}
+	}
+	if st.isFollowing() {
+		return st.acks.admit(ctx, func() func() *macpv1.Ack { return st.s.rt.SendPipelined(ctx, st.id, env) })
 	}
 	var before uint64
 	if env.GetSessionId() != "" {
@@ -499,11 +513,7 @@ func (st *streamState) envelope(ctx context.Context, env *macpv1.Envelope) error
 	}
 	ack := st.s.rt.Send(ctx, st.id, env)
 	if !ack.Ok {
-		e := ack.GetError()
-		if e == nil {
-			e = &macpv1.MACPError{Code: string(coord.CodeInternalError)}
-		}
-		st.enqueue(ctx, &macpv1.StreamSessionResponse{Response: &macpv1.StreamSessionResponse_Error{Error: proto.Clone(e).(*macpv1.MACPError)}})
+		st.answer(ctx, ack)
 		st.mu.Lock()
 		following := st.following
 		if !following && env.GetSessionId() != "" {
@@ -519,6 +529,19 @@ func (st *streamState) envelope(ctx context.Context, env *macpv1.Envelope) error
 		return nil
 	}
 	return st.follow(ctx, env.SessionId, before)
+}
+
+// answer sends a rejected envelope's error in-stream; an accepted one is
+// echoed by the follower once durable, so its Ack sends nothing.
+func (st *streamState) answer(ctx context.Context, ack *macpv1.Ack) {
+	if ack.Ok || ctx.Err() != nil {
+		return
+	}
+	e := ack.GetError()
+	if e == nil {
+		e = &macpv1.MACPError{Code: string(coord.CodeInternalError)}
+	}
+	st.enqueue(ctx, &macpv1.StreamSessionResponse{Response: &macpv1.StreamSessionResponse_Error{Error: proto.Clone(e).(*macpv1.MACPError)}})
 }
 
 // followStatus maps a Follow error to the status that ends the call.
