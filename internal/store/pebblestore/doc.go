@@ -193,6 +193,15 @@
 // event, fatal by default, is logged instead and surfaces as ErrCorrupt on
 // the read that found it.
 //
+// With batches queued ahead of their syncs (AppendAsync), a WAL write that
+// fails in Pebble's background flush can reach a later batch before the
+// store has seen it: Pebble hands the flush error to the next WAL write,
+// and panics there, holding its commit pipeline's lock. Every commit goes
+// through guard, which turns that panic into the store's failure as above;
+// Close then returns an error without calling Pebble's Close (which would
+// wait for that lock forever), and the restart recovers what was synced
+// (TestWALWriteErrorReachesTheNextBatch).
+//
 // # Tuning
 //
 // The WAL is always on and synced on every commit (no WALMinSyncInterval:

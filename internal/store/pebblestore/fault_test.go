@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -184,4 +185,85 @@ func TestOpenFailure(t *testing.T) {
 	if err == nil {
 		t.Fatal("Open on a failing filesystem succeeded")
 	}
+}
+
+// TestWALWriteErrorReachesTheNextBatch: a WAL write that fails in Pebble's
+// background flush (ENOSPC on a full disk) is handed by Pebble to the next
+// batch that fills a WAL block, and Pebble panics on it. The store turns
+// that into its failure (package doc: fail closed): no panic reaches the
+// caller, no batch after the failed write is acknowledged, every later call
+// returns ErrFailed, and Close returns instead of waiting on the lock the
+// panic left in Pebble. Checklist ADM-24 (storage failure ->
+// INTERNAL_ERROR); docs/security.md "Storage faults".
+func TestWALWriteErrorReachesTheNextBatch(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	fault := &walFault{kinds: writeOps}
+	s := mustOpen(t, "db", pebblestore.Options{FS: errorfs.Wrap(mem, fault)})
+	appendN(t, s, "a", 1, 3, 0)
+
+	fault.armed.Store(true)
+	first, err := s.AppendAsync(ctx, []session.Record{rec("a", 4, 1)})
+	if err != nil {
+		t.Fatalf("queueing the first batch: %v", err)
+	}
+	// The first batch's flush fails in the background; its wait is not
+	// called yet, so the store has not seen the failure.
+	if !waitUntil(func() bool { return fault.hits.Load() > 0 }) {
+		t.Fatal("the WAL write fault was never hit")
+	}
+	waits := []func() error{first}
+	refused := 0
+	for i := range 8 { // 40 KiB records: each fills a 32 KiB WAL block
+		r := rec("b", uint64(i+1), 2)
+		r.Envelope.Payload = make([]byte, 40<<10)
+		w, err := s.AppendAsync(ctx, []session.Record{r})
+		if err != nil {
+			if !errors.Is(err, store.ErrFailed) {
+				t.Fatalf("batch %d after the failed write: %v, want ErrFailed", i, err)
+			}
+			refused++
+			continue
+		}
+		waits = append(waits, w)
+	}
+	if refused == 0 {
+		t.Fatal("every batch after the failed WAL write was queued: the failure never reached a later batch")
+	}
+	for i, w := range waits {
+		if err := w(); err == nil {
+			t.Fatalf("batch %d acknowledged after the WAL write failed", i)
+		}
+	}
+	if err := s.Append(ctx, []session.Record{rec("c", 1, 3)}); !errors.Is(err, store.ErrFailed) {
+		t.Fatalf("Append after the failure = %v, want ErrFailed", err)
+	}
+	if !errors.Is(s.Failed(), store.ErrFailed) {
+		t.Fatalf("Failed() = %v", s.Failed())
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		t.Logf("Close after the failure: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not return after the failed WAL write")
+	}
+
+	// After a crash, what was synced before the failure is there.
+	s2 := mustOpen(t, "db", pebblestore.Options{FS: mem.CrashClone(vfs.CrashCloneCfg{})})
+	defer s2.Close()
+	if a, err := readAll(s2, "a"); err != nil || len(a) != 3 {
+		t.Fatalf("after restart: a has %d records, %v; want the 3 synced ones", len(a), err)
+	}
+}
+
+// waitUntil polls cond for up to 10 s.
+func waitUntil(cond func() bool) bool {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		if cond() {
+			return true
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return cond()
 }

@@ -84,7 +84,8 @@ type Store struct {
 	// indexEveryBatch: Options.indexEveryBatch (tests).
 	indexEveryBatch bool
 	fail            *failState
-	events          *events // counted by the EventListener (metrics.go)
+	wedged          atomic.Bool // a Pebble commit panicked (guard): Pebble must not be closed
+	events          *events     // counted by the EventListener (metrics.go)
 	// openSet: the store keeps the open set (o/), so ListOpen reads it;
 	// false only for a read-only store written before the open set
 	// existed, where ListOpen reads every session (package doc: open
@@ -426,12 +427,32 @@ func (s *Store) writable() error {
 // commit writes b with one WAL sync. Any error, or a Fatalf from Pebble
 // during the commit, fails the store (package doc: fail closed).
 func (s *Store) commit(b *pebble.Batch) error {
-	err := b.Commit(pebble.Sync)
+	err := s.guard(func() error { return b.Commit(pebble.Sync) })
 	if err != nil {
 		s.fail.set(err)
 		s.log.Error("store write failed; restart required", "err", err)
 	}
 	return s.fail.get()
+}
+
+// guard runs one Pebble commit. Pebble panics when its WAL writer has
+// already failed: a write error in the background flush of an earlier
+// batch (ENOSPC on a full disk) is handed to the next batch's WAL write,
+// and Pebble answers that with a panic, holding its commit pipeline's lock.
+// The panic becomes the store's failure (fail closed: every later call
+// returns ErrFailed, nothing more is acknowledged), and Close then leaves
+// Pebble as it is: its Close would wait for that lock forever. The
+// process must restart to use the directory again, which recovers what
+// was synced.
+func (s *Store) guard(apply func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("pebblestore: the write-ahead log failed: %v", r)
+			s.wedged.Store(true)
+			s.fail.set(err)
+		}
+	}()
+	return apply()
 }
 
 // Close waits for calls in progress and closes Pebble. Later calls return
@@ -451,6 +472,9 @@ func (s *Store) Close() error {
 // closeDB closes Pebble. After a fatal error Pebble's state is its own;
 // closing must not take the process down, so a panic becomes an error.
 func (s *Store) closeDB() (err error) {
+	if s.wedged.Load() {
+		return fmt.Errorf("pebblestore: Pebble was left locked by a failed write-ahead log write and is not closed: %w", s.fail.get())
+	}
 	if s.fail.get() != nil {
 		defer func() {
 			if r := recover(); r != nil {

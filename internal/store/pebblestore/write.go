@@ -70,7 +70,7 @@ func (s *Store) AppendAsync(ctx context.Context, recs []session.Record) (func() 
 	b := s.db.NewBatch()
 	err := s.prepare(b, recs)
 	if err == nil {
-		if err = s.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+		if err = s.guard(func() error { return s.db.ApplyNoSyncWait(b, pebble.Sync) }); err != nil {
 			s.fail.set(err)
 			s.log.Error("store write failed; restart required", "err", err)
 			err = s.fail.get()
