@@ -37,22 +37,7 @@ func marshal(m proto.Message) []byte {
 // for is not processed.
 func TestSubmit(t *testing.T) {
 	srv := natstest.Run(t)
-	ns, err := natsstore.Open(context.Background(), natsstore.Options{URL: srv.ClientURL(), Replicas: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Close() })
-	rt := runtime.New(ns, builtin.Modes(), policy.DefaultOnly{}, runtime.Options{})
-	rt.EnableSharedStore()
-	if err := rt.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rt.Close)
-	b, err := bus.Serve(ns.Conn(), "macp", rt, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Stop)
+	ns, _ := submitNode(t, srv)
 	nc, err := nats.Connect(srv.ClientURL())
 	if err != nil {
 		t.Fatal(err)
@@ -116,4 +101,28 @@ func TestSubmit(t *testing.T) {
 	if got := recs[1].Envelope.Sender; got != "agent://alice" {
 		t.Fatalf("stored sender %q, want the subject's agent", got)
 	}
+}
+
+// submitNode is one macpd node on srv (connecting with opts): the JetStream
+// store, the runtime in shared-store mode and the submit binding on the
+// "macp" prefix, all closed when the test ends.
+func submitNode(t *testing.T, srv *natstest.Server, opts ...nats.Option) (*natsstore.Store, *runtime.Runtime) {
+	t.Helper()
+	ns, err := natsstore.Open(context.Background(), natsstore.Options{URL: srv.ClientURL(), Replicas: 1, NATSOptions: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	rt := runtime.New(ns, builtin.Modes(), policy.DefaultOnly{}, runtime.Options{})
+	rt.EnableSharedStore()
+	if err := rt.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.Close)
+	b, err := bus.Serve(ns.Conn(), "macp", rt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Stop)
+	return ns, rt
 }

@@ -18,10 +18,8 @@ import (
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/bus"
 	"github.com/macpd/macpd/internal/coord"
-	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/mode/decision"
 	"github.com/macpd/macpd/internal/natstest"
-	"github.com/macpd/macpd/internal/policy"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/store/natsstore"
 )
@@ -56,24 +54,7 @@ func securedServer(t *testing.T, agents ...string) *natstest.Server {
 // binding and a delivery contender.
 func node(t *testing.T, srv *natstest.Server, o bus.DeliverOptions) (*natsstore.Store, *runtime.Runtime, *bus.Deliverer) {
 	t.Helper()
-	ns, err := natsstore.Open(context.Background(), natsstore.Options{
-		URL: srv.ClientURL(), Replicas: 1, NATSOptions: []nats.Option{nats.UserInfo("macpd", "macpd-secret")},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Close() })
-	rt := runtime.New(ns, builtin.Modes(), policy.DefaultOnly{}, runtime.Options{})
-	rt.EnableSharedStore()
-	if err := rt.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rt.Close)
-	b, err := bus.Serve(ns.Conn(), "macp", rt, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Stop)
+	ns, rt := submitNode(t, srv, nats.UserInfo("macpd", "macpd-secret"))
 	d, err := bus.Deliver(ns, o)
 	if err != nil {
 		t.Fatal(err)
