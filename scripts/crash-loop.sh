@@ -69,8 +69,8 @@ awk '{
 	tests++
 }
 END {
-	printf "totals over %d crash tests: kills=%d sends=%d acked=%d checked=%d lost=%d duplicated=%d out_of_order=%d phantom=%d gaps=%d bad_state=%d unanswered=%d (in history %d, absent %d) sessions=%d verified=%d continued=%d\n",
-		tests, sum["kills"], sum["sends"], sum["acked"], sum["checked"], sum["lost"], sum["duplicated"], sum["out_of_order"], sum["phantom"], sum["gaps"], sum["bad_state"],
+	printf "totals over %d crash tests: kills=%d sends=%d acked=%d (over pipelined streams %d) checked=%d lost=%d duplicated=%d out_of_order=%d phantom=%d gaps=%d bad_state=%d unanswered=%d (in history %d, absent %d) sessions=%d verified=%d continued=%d\n",
+		tests, sum["kills"], sum["sends"], sum["acked"], sum["stream_acked"], sum["checked"], sum["lost"], sum["duplicated"], sum["out_of_order"], sum["phantom"], sum["gaps"], sum["bad_state"],
 		sum["unanswered"], sum["unanswered_in_history"], sum["unanswered_absent"], sum["sessions"], sum["verified"], sum["continued"]
 }' "$out/summary.txt"
 echo "logs: $out"

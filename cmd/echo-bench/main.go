@@ -23,6 +23,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/macpd/macpd/internal/bench/loadgen"
@@ -45,6 +46,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	addr := fs.String("addr", "127.0.0.1:0", "listen address")
 	durable := fs.String("durable", "", "directory for the log of a durable echo (group fdatasync before each answer); empty: plain echo")
 	syncEach := fs.Bool("sync-each", false, "with --durable: one write and fdatasync per Send, one at a time (no group commit)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (to compare with macpd's /debug/pprof/profile)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -53,6 +55,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *syncEach && *durable == "" {
 		return fmt.Errorf("--sync-each needs --durable")
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	lis, err := net.Listen("tcp", *addr)
 	if err != nil {

@@ -181,9 +181,12 @@ func runCrash(t *testing.T, variant string, seed int64, rounds []round) {
 		return l
 	}
 	// Steady load: short single-sender sessions (many SessionStarts and
-	// Commitments) and long sessions with four concurrent senders.
+	// Commitments), long sessions with four concurrent senders, and
+	// sessions driven over pipelined StreamSession calls (up to 16
+	// envelopes in flight per stream, each acknowledged by its echo).
 	startLoad("single", loadgen.Config{Concurrency: 6, SendersPerSession: 1, Messages: 10, Pad: 64})
 	startLoad("multi", loadgen.Config{Concurrency: 3, SendersPerSession: 4, Messages: 48, Pad: 256})
+	startLoad("stream", loadgen.Config{Concurrency: 3, Stream: true, Window: 16, Messages: 30, Pad: 128})
 
 	var lastRestart time.Time
 	for i, r := range rounds {
@@ -294,9 +297,9 @@ func runCrash(t *testing.T, variant string, seed int64, rounds []round) {
 			unknowns++
 		}
 	}
-	t.Logf("CRASHTEST variant=%s seed=%d rounds=%d kills=%d sends=%d acked=%d checked=%d lost=%d duplicated=%d out_of_order=%d phantom=%d gaps=%d bad_state=%d "+
+	t.Logf("CRASHTEST variant=%s seed=%d rounds=%d kills=%d sends=%d acked=%d stream_acked=%d checked=%d lost=%d duplicated=%d out_of_order=%d phantom=%d gaps=%d bad_state=%d "+
 		"sessions=%d present=%d verified=%d envelopes=%d unanswered=%d unanswered_in_history=%d unanswered_absent=%d rejected=%d continued=%d elapsed=%v ok=%v",
-		variant, seed, len(rounds), d.killCount(), sends, tr.total.Load(), f.Checked, f.Lost, f.Duplicated, f.OutOfOrder, f.Phantom, f.Gaps, f.BadState,
+		variant, seed, len(rounds), d.killCount(), sends, tr.total.Load(), tr.acksOf("stream"), f.Checked, f.Lost, f.Duplicated, f.OutOfOrder, f.Phantom, f.Gaps, f.BadState,
 		f.Sessions, f.Present, verified, f.Envelopes, unknowns, f.UnknownPresent, f.UnknownAbsent, f.Rejected, continued, time.Since(began).Round(time.Millisecond), f.ok())
 	if f.Checked == 0 {
 		f.add("no acked envelope was checked")

@@ -1,6 +1,8 @@
 // Package crashtest holds the crash test of issue #4 item 8: macpd runs as a
 // subprocess on a durable data directory under concurrent load
-// (internal/bench/loadgen), is killed with SIGKILL at random moments and at fixed
+// (internal/bench/loadgen: unary Sends, and pipelined StreamSession calls
+// whose envelopes are acknowledged by their echo on the stream), is killed
+// with SIGKILL at random moments and at fixed
 // points (right after the N-th ack, during write bursts), restarted on the
 // same directory, and its histories are then checked: nothing acknowledged
 // is lost, duplicated or reordered, nothing that was not sent or was

@@ -333,59 +333,170 @@ func (tr *tracker) interceptor(tag string) grpc.UnaryClientInterceptor {
 		if method != sendMethod || !ok {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
-		env := sreq.GetEnvelope()
-		rec := &sendRec{tag: tag, sid: env.GetSessionId(), mid: env.GetMessageId(), typ: env.GetMessageType(),
-			sender: bearer(ctx), payload: bytes.Clone(env.GetPayload())}
-		tr.mu.Lock()
-		if _, seen := tr.sends[rec.mid]; seen {
-			tr.mu.Unlock()
-			return fmt.Errorf("crashtest: message id %s sent twice", rec.mid)
+		rec, err := tr.begin(tag, bearer(ctx), sreq.GetEnvelope())
+		if err != nil {
+			return err
 		}
-		tr.sends[rec.mid] = rec
-		tr.order = append(tr.order, rec)
-		tr.sessions[rec.sid] = true
-		rec.start = time.Now()
-		tr.mu.Unlock()
 
-		err := invoker(ctx, method, req, reply, cc, opts...)
+		err = invoker(ctx, method, req, reply, cc, opts...)
 
-		end := time.Now()
 		ack := reply.(*macpv1.SendResponse).GetAck()
-		fire := false
-		tr.mu.Lock()
-		rec.end = end
 		switch {
 		case err == nil && ack.GetOk():
-			rec.out, rec.dup = acked, ack.GetDuplicate()
-			tr.acks[tag]++
-			tr.total.Add(1)
-			if tr.trigger.fired != nil && (tr.trigger.tag == tag && tr.acks[tag] >= tr.trigger.at ||
-				tr.trigger.tag == "" && tr.total.Load() >= tr.trigger.at) {
-				fire = true
-			}
+			tr.settle(rec, acked, "", ack.GetDuplicate())
 		case err == nil:
-			rec.out, rec.code = classify(ack.GetError().GetCode())
+			out, code := classify(ack.GetError().GetCode())
+			tr.settle(rec, out, code, false)
 		default:
 			if code := macpCode(err); code != "" {
-				rec.out, rec.code = classify(code)
+				out, code := classify(code)
+				tr.settle(rec, out, code, false)
 			} else {
-				rec.out, rec.code = unknown, status.Code(err).String()
+				tr.settle(rec, unknown, status.Code(err).String(), false)
 			}
-		}
-		var fired chan struct{}
-		if fire {
-			fired = tr.trigger.fired
-			tr.trigger.fired = nil
-		}
-		tr.mu.Unlock()
-		if fired != nil {
-			// Right after the N-th ack, with the other streams' Sends in
-			// flight.
-			tr.kill()
-			close(fired)
 		}
 		return err
 	}
+}
+
+// begin records an envelope about to be sent by sender over connection
+// tag; every message id is sent once.
+func (tr *tracker) begin(tag, sender string, env *macpv1.Envelope) (*sendRec, error) {
+	rec := &sendRec{tag: tag, sid: env.GetSessionId(), mid: env.GetMessageId(), typ: env.GetMessageType(),
+		sender: sender, payload: bytes.Clone(env.GetPayload())}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if _, seen := tr.sends[rec.mid]; seen {
+		return nil, fmt.Errorf("crashtest: message id %s sent twice", rec.mid)
+	}
+	tr.sends[rec.mid] = rec
+	tr.order = append(tr.order, rec)
+	tr.sessions[rec.sid] = true
+	rec.start = time.Now()
+	return rec, nil
+}
+
+// settle records rec's outcome (once: a settled rec keeps its first) and,
+// on an ack that reaches an armed trigger, kills macpd right away, with
+// the other Sends in flight.
+func (tr *tracker) settle(rec *sendRec, out outcome, code string, dup bool) {
+	end := time.Now()
+	var fired chan struct{}
+	tr.mu.Lock()
+	if rec.out != pending {
+		tr.mu.Unlock()
+		return
+	}
+	rec.end, rec.out, rec.code, rec.dup = end, out, code, dup
+	if out == acked {
+		tr.acks[rec.tag]++
+		tr.total.Add(1)
+		if tr.trigger.fired != nil && (tr.trigger.tag == rec.tag && tr.acks[rec.tag] >= tr.trigger.at ||
+			tr.trigger.tag == "" && tr.total.Load() >= tr.trigger.at) {
+			fired = tr.trigger.fired
+			tr.trigger.fired = nil
+		}
+	}
+	tr.mu.Unlock()
+	if fired != nil {
+		tr.kill()
+		close(fired)
+	}
+}
+
+// streamInterceptor records the envelopes sent on the StreamSession calls
+// of connection tag (pipelined streams, loadgen's Stream mode): an
+// envelope is acked when the runtime echoes it on the stream (it does so
+// only once it is durable), refused when an in-stream error names it (or
+// names none while it is the only one in flight, as loadgen matches
+// them), and unknown when the stream ends before either.
+func (tr *tracker) streamInterceptor(tag string) grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil || method != macpv1.MACPRuntimeService_StreamSession_FullMethodName {
+			return cs, err
+		}
+		return &trackedStream{ClientStream: cs, tr: tr, tag: tag, sender: bearer(ctx), inFlight: map[string]*sendRec{}}, nil
+	}
+}
+
+// trackedStream is one tracked StreamSession call.
+type trackedStream struct {
+	grpc.ClientStream
+	tr          *tracker
+	tag, sender string
+	mu          sync.Mutex
+	inFlight    map[string]*sendRec // sent, not yet echoed or refused
+}
+
+func (s *trackedStream) SendMsg(m any) error {
+	req, ok := m.(*macpv1.StreamSessionRequest)
+	if !ok || req.GetEnvelope() == nil {
+		return s.ClientStream.SendMsg(m)
+	}
+	rec, err := s.tr.begin(s.tag, s.sender, req.GetEnvelope())
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.inFlight[rec.mid] = rec
+	s.mu.Unlock()
+	if err := s.ClientStream.SendMsg(m); err != nil {
+		s.take(rec.mid)
+		s.tr.settle(rec, unknown, "stream send: "+status.Code(err).String(), false)
+		return err
+	}
+	return nil
+}
+
+func (s *trackedStream) RecvMsg(m any) error {
+	if err := s.ClientStream.RecvMsg(m); err != nil {
+		// The call ended: what it did not answer may or may not be in
+		// history.
+		s.mu.Lock()
+		left := s.inFlight
+		s.inFlight = map[string]*sendRec{}
+		s.mu.Unlock()
+		for _, rec := range left {
+			s.tr.settle(rec, unknown, "stream ended: "+status.Code(err).String(), false)
+		}
+		return err
+	}
+	resp, ok := m.(*macpv1.StreamSessionResponse)
+	if !ok {
+		return nil
+	}
+	if env := resp.GetEnvelope(); env != nil {
+		if rec := s.take(env.GetMessageId()); rec != nil {
+			s.tr.settle(rec, acked, "", false)
+		}
+	} else if e := resp.GetError(); e != nil {
+		rec := s.take(e.GetMessageId())
+		if rec == nil && e.GetMessageId() == "" {
+			s.mu.Lock()
+			if len(s.inFlight) == 1 {
+				for id := range s.inFlight {
+					rec = s.inFlight[id]
+					delete(s.inFlight, id)
+				}
+			}
+			s.mu.Unlock()
+		}
+		if rec != nil {
+			out, code := classify(e.GetCode())
+			s.tr.settle(rec, out, code, false)
+		}
+	}
+	return nil
+}
+
+// take removes and returns the envelope in flight with message id mid.
+func (s *trackedStream) take(mid string) *sendRec {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec := s.inFlight[mid]
+	delete(s.inFlight, mid)
+	return rec
 }
 
 // classify maps a MACP code to an outcome: INTERNAL_ERROR may hide a write
@@ -418,17 +529,18 @@ func (tr *tracker) disarm() {
 	tr.mu.Unlock()
 }
 
-func (tr *tracker) acksOf(tag string) int64 {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	return tr.acks[tag]
-}
-
 // snapshot returns the records and session ids (no Send may be running).
 func (tr *tracker) snapshot() (map[string]*sendRec, []*sendRec, map[string]bool) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	return tr.sends, tr.order, tr.sessions
+}
+
+// acksOf is the number of acks of connection tag.
+func (tr *tracker) acksOf(tag string) int64 {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.acks[tag]
 }
 
 // bearer is the dev identity in the outgoing authorization metadata.
@@ -462,6 +574,7 @@ func (tr *tracker) dial(addr, tag string) (macpv1.MACPRuntimeServiceClient, io.C
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithChainUnaryInterceptor(tr.interceptor(tag)),
+		grpc.WithChainStreamInterceptor(tr.streamInterceptor(tag)),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: fastBackoff, MinConnectTimeout: 2 * time.Second}),
 	)
 	if err != nil {
