@@ -29,7 +29,9 @@
 #      free port with its data in BENCH_DIR, driven by "redis-benchmark -t
 #      rpush -c 64" (64 clients, one request in flight each, values of
 #      BENCH_REDIS_VALUE bytes, default 150, about a load envelope). Without
-#      them the script runs and says the anchor was absent.
+#      them the script runs and says the anchor was absent;
+#   8. before round 1, an untimed warm-up of macpd (below) so that it is
+#      measured in its steady state, as the durable echo is.
 #
 # Every round measures all of them, in that order, so each round's ratios
 # compare figures taken minutes apart. The report gives, per figure, the
@@ -52,7 +54,8 @@
 # session, default 50), BENCH_RECORD (disksync record size, default 512),
 # BENCH_RAW=1 to also print every round's figures, BENCH_WINDOW (stream
 # window, default 64), BENCH_SHORT=1 for a quick run (1 round, 1 s per load
-# run and disk setting unless set otherwise).
+# run and disk setting unless set otherwise), BENCH_WARM_WAL_MB (MiB of
+# WAL macpd writes in the untimed warm-up, default 192; 0: none).
 #
 # The report ends with one machine-readable line per ratio, "ratio NAME
 # VALUE" (VALUE: the median over the rounds of the per-round ratio of
@@ -233,11 +236,44 @@ if [ -z "${MACP_DATA_DIR:-}" ]; then
 	rm -rf "$MACP_DATA_DIR"
 fi
 export MACP_DATA_DIR
-"$bin/macpd" >"$dir/macpd.log" 2>&1 &
+admin_addr=127.0.0.1:$(free_port)
+MACP_ADMIN_ADDR=$admin_addr "$bin/macpd" >"$dir/macpd.log" 2>&1 &
 macpd_pid=$!
 pids+=($macpd_pid)
-macpd_addr=$(wait_for "$dir/macpd.log" 'addr=127\.0\.0\.1:[0-9]+' | cut -d= -f2)
+macpd_addr=$(wait_for "$dir/macpd.log" 'serving" addr=127\.0\.0\.1:[0-9]+' | cut -d= -f2)
 store=$(grep -o -m1 -E 'store=[^ ]+' "$dir/macpd.log" | cut -d= -f2 || true)
+
+# Warm-up (point 8): the durable echo overwrites a log it wrote in full
+# before serving, so its syncs flush data blocks only. A fresh Pebble
+# store appends to new, preallocated WAL files instead, and on ext4 each
+# of those syncs also commits the file system's journal (the file grows),
+# which costs more CPU and, on a busy disk, several times the latency;
+# Pebble recycles a WAL file once its memtable is flushed, and from then on
+# overwrites written blocks too (steady state). macpd is therefore loaded
+# with pipelined streams, untimed, until it has written BENCH_WARM_WAL_MB
+# MiB of WAL (default 192: six 32 MiB memtables), read from its admin
+# endpoint, or for at most 180 s; BENCH_WARM_WAL_MB=0 measures the fresh
+# store instead.
+warm_mb=${BENCH_WARM_WAL_MB:-192}
+warm_note="none (BENCH_WARM_WAL_MB=0)"
+wal_bytes() {
+	curl -s "http://$admin_addr/metrics" 2>/dev/null | awk '/^macpd_store_wal_bytes_in_total / { printf "%.0f\n", $2 }'
+}
+if [ "$warm_mb" -gt 0 ]; then
+	if ! command -v curl >/dev/null; then
+		warm_note="skipped: curl is not installed (fresh store measured)"
+	elif [ -z "$(wal_bytes)" ]; then
+		warm_note="skipped: the store reports no WAL (fresh or memory-only store measured)"
+	else
+		t0=$(date +%s)
+		while [ "$(wal_bytes)" -lt $((warm_mb << 20)) ] && [ $(($(date +%s) - t0)) -lt 180 ]; do
+			log "warm-up: $(($(wal_bytes) >> 20)) of $warm_mb MiB of WAL written ..."
+			"$bin/macpbench" load --addr "$macpd_addr" --insecure --duration 5s --messages "$messages" \
+				--concurrency 64 --stream --window "$window" >/dev/null
+		done
+		warm_note="$(($(wal_bytes) >> 20)) MiB of WAL written in $(($(date +%s) - t0)) s before round 1"
+	fi
+fi
 
 for round in $(seq "$rounds"); do
 	log "round $round: disksync ${disk_secs}s per setting in $dir ..."
@@ -302,6 +338,7 @@ echo "MACP Send benchmark  $(date -u +%Y-%m-%dT%H:%M:%SZ)  $(uname -sm), $cores 
 echo "macpd store: ${store:-?} (MACP_MEMORY_ONLY=${MACP_MEMORY_ONLY:-<default>}, GOGC=${GOGC:-<default>}); ${messages} messages per Decision session; stream window ${window}"
 echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
 echo "${rounds} rounds; ${secs}s per load run, ${disk_secs}s per disk setting; client and servers on this machine"
+echo "macpd warm-up (steady state, WAL files recycled): $warm_note"
 echo "load average before: $load_before, after: $load_after (other work competes for the CPUs when these exceed the CPU count)"
 echo "figures: median [min-max] over the rounds"
 echo
