@@ -762,25 +762,6 @@ func (s *Store) ListOpen(ctx context.Context, fn func(store.SessionInfo) error) 
 	return s.List(ctx, store.OpenOnly(fn))
 }
 
-// Sessions implements store.Store.
-//
-// Deprecated: use List.
-func (s *Store) Sessions(ctx context.Context, fn func(string) error) error {
-	if err := s.check(); err != nil {
-		return err
-	}
-	ids, err := s.ids(ctx)
-	if err != nil {
-		return err
-	}
-	for _, id := range ids {
-		if err := fn(id); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // Purge implements store.Store: the session's subject is purged.
 func (s *Store) Purge(ctx context.Context, id string) error {
 	if err := s.check(); err != nil {
