@@ -12,12 +12,14 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 	decisionv1 "github.com/macpd/macpd/gen/macp/modes/decision/v1"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/httpapi"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -231,4 +233,124 @@ func BenchmarkSSEFanout(b *testing.B) {
 	b.ReportMetric(float64(delivered.Load())/all.Seconds(), "events/s")
 	b.ReportMetric(alone.Seconds()/sent.Seconds(), "send-ratio")
 	_ = json.Marshal
+}
+
+// BenchmarkFeedFanoutEncodeOnce: what encoding an envelope once for all
+// the feeds of its session saves (encache.go). 1,000 SSE followers of one
+// session (SSE, WebSocket and protocol-mode feeds share the encoding path,
+// Server.encodeFeed); 16 concurrent gRPC senders send b.N envelopes with
+// the cache bypassed (every follower encodes its own copy, the baseline)
+// and b.N with it, in alternating halves (four phases), while the same
+// followers read. Every follower must receive every envelope, in order,
+// or the benchmark fails. Reported per delivered event: the process's CPU
+// time (server and the in-process HTTP clients, getrusage) in each
+// setting, and once/each, their ratio (the clients' share is the same in
+// both, so the server's own saving is larger than the ratio shows).
+//
+//	go test ./internal/httpapi -run '^$' -bench BenchmarkFeedFanoutEncodeOnce -benchtime 2000x -count 3
+func BenchmarkFeedFanoutEncodeOnce(b *testing.B) {
+	const followers = 1000
+	cfg := testConfig()
+	cfg.Limits.MaxStreamsPerIdentity = 0 // one identity follows 1,000 times
+	e := startApp(b, cfg)
+	defer httpapi.BypassEncodeCache(false)
+	sid := e.startSession(b, "coord", "alice")
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: followers, MaxConnsPerHost: 0}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	half := max(b.N/2, 1)
+	want := int64(1 + 4*half) // the SessionStart, then four phases
+	var delivered atomic.Int64
+	var ready, done sync.WaitGroup
+	for range followers {
+		ready.Add(1)
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			req, _ := http.NewRequestWithContext(ctx, "GET", e.base+"/macp/session/"+sid+"/events", nil)
+			req.Header.Set("Authorization", "Bearer alice")
+			resp, err := hc.Do(req)
+			if err != nil || resp.StatusCode != 200 {
+				b.Errorf("follower: %v %v", resp, err)
+				ready.Done()
+				return
+			}
+			defer resp.Body.Close()
+			ready.Done()
+			r := bufio.NewReaderSize(resp.Body, 64<<10)
+			var n int64
+			for n < want {
+				line, err := r.ReadSlice('\n')
+				if err != nil {
+					b.Errorf("follower read after %d: %v", n, err)
+					return
+				}
+				if id, ok := bytes.CutPrefix(line, []byte("id: ")); ok {
+					n++
+					if got := strings.TrimSpace(string(id)); got != fmt.Sprint(n) {
+						b.Errorf("follower: event id %s, want %d", got, n)
+						return
+					}
+					delivered.Add(1)
+				}
+			}
+		}()
+	}
+	ready.Wait()
+	// phase sends half envelopes and waits until every follower has them;
+	// it returns the process CPU time that took.
+	sent := int64(1)
+	phase := func(bypass bool, prefix string) time.Duration {
+		httpapi.BypassEncodeCache(bypass)
+		c0 := processCPU()
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range benchSenders {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					i := next.Add(1)
+					if i > int64(half) {
+						return
+					}
+					if ack := e.grpcProposal(b, "coord", sid, fmt.Sprintf("%s-%d", prefix, i)); !ack.Ok {
+						b.Errorf("send: %v", ack)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		sent += int64(half)
+		for delivered.Load() < sent*followers && !b.Failed() {
+			time.Sleep(time.Millisecond)
+		}
+		return processCPU() - c0
+	}
+	b.ResetTimer()
+	// ABBA order, so that drift over the run weighs on both alike.
+	each := phase(true, "each1")
+	once := phase(false, "once1")
+	once += phase(false, "once2")
+	each += phase(true, "each2")
+	b.StopTimer()
+	cancel()
+	done.Wait()
+	if got := delivered.Load(); got < want*followers {
+		b.Fatalf("delivered %d events, want %d", got, want*followers)
+	}
+	events := float64(2*half) * followers
+	b.ReportMetric(float64(each.Nanoseconds())/events, "cpu-ns/event-each")
+	b.ReportMetric(float64(once.Nanoseconds())/events, "cpu-ns/event-once")
+	b.ReportMetric(float64(once)/float64(each), "once/each")
+}
+
+// processCPU is the process's user and system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		panic(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
