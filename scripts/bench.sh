@@ -231,6 +231,9 @@ export MACP_ALLOW_INSECURE=1 MACP_BIND_ADDR=127.0.0.1:0 MACP_LOG_LEVEL=info MACP
 # The load generator is one sender: lift the per-sender rate limits and
 # its cap of OPEN sessions (the default 100 per initiator).
 export MACP_SESSION_START_LIMIT_PER_MINUTE=0 MACP_MESSAGE_LIMIT_PER_MINUTE=0 MACP_MAX_OPEN_SESSIONS=0
+# Ended sessions leave memory after 1 s (default 5 min), so the warm-up's
+# (below) are not resident during the rounds.
+export MACP_EVICT_AFTER_MS=1000
 if [ -z "${MACP_DATA_DIR:-}" ]; then
 	MACP_DATA_DIR=$dir/macpd-data
 	rm -rf "$MACP_DATA_DIR"
@@ -252,8 +255,14 @@ store=$(grep -o -m1 -E 'store=[^ ]+' "$dir/macpd.log" | cut -d= -f2 || true)
 # overwrites written blocks too (steady state). macpd is therefore loaded
 # with pipelined streams, untimed, until it has written BENCH_WARM_WAL_MB
 # MiB of WAL (default 192: six 32 MiB memtables), read from its admin
-# endpoint, or for at most 180 s; BENCH_WARM_WAL_MB=0 measures the fresh
-# store instead.
+# endpoint, or for at most 180 s; then the script waits (at most 120 s)
+# until Pebble has no compaction running, so that the rounds do not start
+# in the middle of one the warm-up caused (later compactions, which the
+# rounds' writes trigger, merge the warm-up's tables too, as in any store
+# that holds data). The
+# warm-up's sessions end (Commitment) and, with MACP_EVICT_AFTER_MS=1000
+# below, leave memory: the rounds' resident sessions are their own.
+# BENCH_WARM_WAL_MB=0 measures the fresh store instead.
 warm_mb=${BENCH_WARM_WAL_MB:-192}
 warm_note="none (BENCH_WARM_WAL_MB=0)"
 wal_bytes() {
@@ -269,9 +278,19 @@ if [ "$warm_mb" -gt 0 ]; then
 		while [ "$(wal_bytes)" -lt $((warm_mb << 20)) ] && [ $(($(date +%s) - t0)) -lt 180 ]; do
 			log "warm-up: $(($(wal_bytes) >> 20)) of $warm_mb MiB of WAL written ..."
 			"$bin/macpbench" load --addr "$macpd_addr" --insecure --duration 5s --messages "$messages" \
-				--concurrency 64 --stream --window "$window" >/dev/null
+				--concurrency 64 --stream --window "$window" --commit >/dev/null
 		done
-		warm_note="$(($(wal_bytes) >> 20)) MiB of WAL written in $(($(date +%s) - t0)) s before round 1"
+		t1=$(date +%s)
+		log "warm-up: waiting for compactions to finish ..."
+		while [ $(($(date +%s) - t1)) -lt 120 ]; do
+			busy=$(curl -s "http://$admin_addr/metrics" 2>/dev/null | awk '
+				/^macpd_store_compactions_in_progress / { if ($2 + 0 > 0) b = 1 }
+				/^macpd_sessions_resident\{state="terminal"\} / { if ($2 + 0 > 0) b = 1 }
+				END { print b + 0 }')
+			[ "$busy" = 0 ] && break
+			sleep 1
+		done
+		warm_note="$(($(wal_bytes) >> 20)) MiB of WAL written in $((t1 - t0)) s, then $(($(date +%s) - t1)) s for compactions (and evictions) to finish"
 	fi
 fi
 
