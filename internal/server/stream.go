@@ -255,11 +255,13 @@ func (st *streamState) setTrailer() {
 	}
 }
 
-// outItem is one queued response: seq is the session envelope's sequence
-// number (0 for heartbeats and errors), cost what the window was charged
-// for it (released by sendLoop).
+// outItem is one queued response: a session envelope's, encoded (enc,
+// shared with the other streams delivering it: respcache.go), with its
+// sequence number and what the window was charged for it (released once
+// gRPC frees it: sendrelease.go); or a heartbeat or error (resp).
 type outItem struct {
 	resp *macpv1.StreamSessionResponse
+	enc  []byte
 	seq  uint64
 	cost int64
 }
@@ -274,7 +276,12 @@ func (st *streamState) sendLoop() error {
 			st.sending = true
 			st.mu.Unlock()
 		}
-		err := st.sw.send(it.resp, it.cost, func() error { return st.stream.Send(it.resp) })
+		var err error
+		if it.enc != nil {
+			err = st.sw.sendRecord(it.enc, it.cost, st.stream.SendMsg)
+		} else {
+			err = st.stream.Send(it.resp)
+		}
 		if it.seq > 0 {
 			st.mu.Lock()
 			st.sending = false
@@ -443,10 +450,12 @@ func (st *streamState) follow(ctx context.Context, sessionID string, after uint6
 				st.mu.Unlock()
 				return nil
 			}
-			it := outItem{
-				resp: &macpv1.StreamSessionResponse{Response: &macpv1.StreamSessionResponse_Envelope{Envelope: rec.Envelope}},
-				seq:  rec.Seq, cost: runtime.StreamCost(rec),
+			enc, err := records.encoded(rec.Seq, rec.Envelope)
+			if err != nil {
+				st.window.Release(runtime.StreamCost(rec))
+				return coord.Errorf(coord.CodeInternalError, "encoding record %d: %v", rec.Seq, err)
 			}
+			it := outItem{enc: enc, seq: rec.Seq, cost: runtime.StreamCost(rec)}
 			if err := st.enqueueRecord(ctx, it); err != nil {
 				return err
 			}
