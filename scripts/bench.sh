@@ -29,7 +29,16 @@
 #      free port with its data in BENCH_DIR, driven by "redis-benchmark -t
 #      rpush -c 64" (64 clients, one request in flight each, values of
 #      BENCH_REDIS_VALUE bytes, default 150, about a load envelope). Without
-#      them the script runs and says the anchor was absent.
+#      them the script runs and says the anchor was absent;
+#   8. fan-out ("macpbench fanout"): one session driven by 8 concurrent
+#      unary senders with BENCH_FANOUT passive StreamSession subscribers
+#      (default 1000, spread over 20 connections; 0 skips it) attached,
+#      BENCH_FANOUT_MESSAGES envelopes (default 500) after a warm-up; every
+#      subscriber must receive every envelope once, in the same order. It
+#      reports macpd's CPU time per delivered envelope (envelopes x
+#      subscribers). With BENCH_BASE=<commit>, that commit's macpd is built
+#      in a temporary git worktree and measured the same way in every
+#      round, alternating which goes first, beside this checkout's.
 #
 # Every round measures all of them, in that order, so each round's ratios
 # compare figures taken minutes apart. The report gives, per figure, the
@@ -52,14 +61,18 @@
 # session, default 50), BENCH_RECORD (disksync record size, default 512),
 # BENCH_RAW=1 to also print every round's figures, BENCH_WINDOW (stream
 # window, default 64), BENCH_SHORT=1 for a quick run (1 round, 1 s per load
-# run and disk setting unless set otherwise).
+# run and disk setting unless set otherwise), BENCH_FANOUT,
+# BENCH_FANOUT_MESSAGES and BENCH_BASE (point 8), BENCH_ONLY=fanout to run
+# only point 8.
 #
 # The report ends with one machine-readable line per ratio, "ratio NAME
 # VALUE" (VALUE: the median over the rounds of the per-round ratio of
 # throughputs, or NA when a side was not measured): stream64/echo64,
 # stream64/floor64, stream64/redis64, send64/echo64, send64/floor64,
 # send1x16/floor1x16 (send: unary Send; floor: the durable echo; redis: the
-# Redis anchor).
+# Redis anchor); with BENCH_BASE also fanoutN-cpu/base (macpd's CPU per
+# delivered envelope with N subscribers, this checkout over the base
+# commit; lower is better).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -74,6 +87,19 @@ window=${BENCH_WINDOW:-64}
 redis_value=${BENCH_REDIS_VALUE:-150}
 messages=${BENCH_MESSAGES:-50}
 record=${BENCH_RECORD:-512}
+fanout=${BENCH_FANOUT:-1000}
+fanout_messages=${BENCH_FANOUT_MESSAGES:-500}
+base=${BENCH_BASE:-}
+only=${BENCH_ONLY:-}
+case "$only" in "" | fanout) ;; *)
+	echo "BENCH_ONLY is empty or fanout, not $only" >&2
+	exit 2
+	;;
+esac
+if [ "$only" = fanout ] && [ "$fanout" = 0 ]; then
+	echo "BENCH_ONLY=fanout needs BENCH_FANOUT > 0" >&2
+	exit 2
+fi
 dir=${BENCH_DIR:-$root/.tmp/bench}
 mkdir -p "$dir"
 res=$(mktemp -d "$dir/results.XXXXXX")
@@ -82,6 +108,7 @@ pids=()
 cleanup() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	if [ -n "${base_tree:-}" ]; then git -C "$root" worktree remove --force "$base_tree" 2>/dev/null || true; fi
 	rm -rf "$bin"
 }
 trap cleanup EXIT
@@ -116,6 +143,16 @@ wait_for() {
 
 log "building into $bin ..."
 (cd "$root" && go build -o "$bin/" ./cmd/macpd ./cmd/macpbench ./cmd/echo-bench ./cmd/disksync)
+base_tree=
+if [ -n "$base" ] && [ "$fanout" != 0 ]; then
+	base_tree=$(mktemp -d)
+	rmdir "$base_tree"
+	log "building macpd of BENCH_BASE=$base in a temporary worktree ..."
+	git -C "$root" worktree add --detach "$base_tree" "$base" >/dev/null
+	mkdir -p "$bin/base"
+	(cd "$base_tree" && go build -o "$bin/base/" ./cmd/macpd)
+	base_rev=$(git -C "$base_tree" rev-parse --short HEAD)
+fi
 
 # put NAME ROUND FIELD VALUE: one figure of one round.
 put() { printf '%s\n' "$4" >"$res/$1.$2.$3"; }
@@ -142,6 +179,20 @@ load() {
 	put "$name" "$round" failed "$(($(jget "$j" errors) + $(jget "$j" rejected)))"
 	put "$name" "$round" srvcpu "$(awk -v c="$((c1 - c0))" -v hz="$hz" -v n="$acked" 'BEGIN { if (n > 0) printf "%.1f", c / hz / n * 1e6 }')"
 	put "$name" "$round" clicpu "$(awk -v n="$acked" '{ if (n > 0) printf "%.1f", ($1 + $2) / n * 1e6 }' "$res/time.$name.$round")"
+}
+
+# fanout NAME ROUND PID ADDR: one "macpbench fanout" run against the macpd
+# process PID; records its CPU per delivered envelope (macpbench reads
+# /proc/PID/stat) and the deliveries per second.
+fanout_run() {
+	local name=$1 round=$2 pid=$3 addr=$4 out j
+	log "round $round: fanout $name: $fanout subscribers, $fanout_messages envelopes ..."
+	out=$("$bin/macpbench" fanout --addr "$addr" --insecure --pid "$pid" --subscribers "$fanout" \
+		--messages "$fanout_messages" --json)
+	[ -n "${BENCH_RAW:-}" ] && printf '%s\n' "$out" | sed '$d' | sed 's/^/    /' >&2
+	j=$(printf '%s\n' "$out" | tail -1)
+	put "$name" "$round" tput "$(jget "$j" deliveries_per_s)"
+	put "$name" "$round" srvcpu "$(jget "$j" server_cpu_us_per_delivery)"
 }
 
 # free_port: a TCP port nothing listens on now (the kernel's choice).
@@ -237,9 +288,23 @@ export MACP_DATA_DIR
 macpd_pid=$!
 pids+=($macpd_pid)
 macpd_addr=$(wait_for "$dir/macpd.log" 'addr=127\.0\.0\.1:[0-9]+' | cut -d= -f2)
+base_pid= base_addr=
+if [ -n "$base_tree" ]; then
+	rm -rf "$dir/macpd-base-data"
+	MACP_DATA_DIR=$dir/macpd-base-data "$bin/base/macpd" >"$dir/macpd-base.log" 2>&1 &
+	base_pid=$!
+	pids+=($base_pid)
+	base_addr=$(wait_for "$dir/macpd-base.log" 'addr=127\.0\.0\.1:[0-9]+' | cut -d= -f2)
+fi
 store=$(grep -o -m1 -E 'store=[^ ]+' "$dir/macpd.log" | cut -d= -f2 || true)
 
 for round in $(seq "$rounds"); do
+	if [ "$fanout" != 0 ]; then
+		if [ -n "$base_pid" ] && [ $((round % 2)) = 1 ]; then fanout_run fanoutbase "$round" "$base_pid" "$base_addr"; fi
+		fanout_run fanout "$round" "$macpd_pid" "$macpd_addr"
+		if [ -n "$base_pid" ] && [ $((round % 2)) = 0 ]; then fanout_run fanoutbase "$round" "$base_pid" "$base_addr"; fi
+	fi
+	[ "$only" = fanout ] && continue
 	log "round $round: disksync ${disk_secs}s per setting in $dir ..."
 	disk=$("$bin/disksync" --dir "$dir" --duration "${disk_secs}s" --record-size "$record" --group 1,64 --json)
 	for g in 1 64; do
@@ -304,6 +369,17 @@ echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(
 echo "${rounds} rounds; ${secs}s per load run, ${disk_secs}s per disk setting; client and servers on this machine"
 echo "load average before: $load_before, after: $load_after (other work competes for the CPUs when these exceed the CPU count)"
 echo "figures: median [min-max] over the rounds"
+if [ "$fanout" != 0 ]; then
+	echo
+	echo "fan-out: 1 session, 8 unary senders, $fanout passive StreamSession subscribers over 20 connections, $fanout_messages envelopes per run"
+	printf '%-40s %22s %22s\n' "macpd" "deliveries/s" "server µs/delivery"
+	printf '%-40s %22s %22s\n' "this checkout" "$(med fanout tput)" "$(med fanout srvcpu %.2f)"
+	if [ -n "$base_pid" ]; then
+		printf '%-40s %22s %22s\n' "base $base_rev (BENCH_BASE=$base)" "$(med fanoutbase tput)" "$(med fanoutbase srvcpu %.2f)"
+		printf '  %-56s %18s\n' "server CPU per delivery, this checkout / base" "$(ratio fanout srvcpu fanoutbase srvcpu)"
+	fi
+fi
+if [ -z "$only" ]; then
 echo
 printf '%-40s %22s %22s %22s %16s %16s\n' "scenario" "acked/s" "p50 ms" "p99 ms" "server µs/ack" "client µs/ack"
 row() {
@@ -398,4 +474,12 @@ mline stream64/redis64 stream64 redis64
 mline send64/echo64 c64 echo64
 mline send64/floor64 c64 decho64
 mline send1x16/floor1x16 s1x16 decho1x16
+fi
+if [ -n "$base_pid" ]; then
+	v=$(ratio fanout srvcpu fanoutbase srvcpu)
+	v=${v%% *}
+	[ "$v" = "-" ] && v=NA
+	[ -n "$only" ] && echo
+	echo "ratio fanout$fanout-cpu/base $v"
+fi
 rm -rf "$res"

@@ -45,17 +45,17 @@ func (h *heldCharge) done() {
 	}
 }
 
-// releasePool is the mem.BufferPool of one charged message's encoding:
+// heldPool is the mem.BufferPool of one charged message's encoding:
 // gRPC puts the buffer back when it is done with it, which releases the
 // charge. Nothing is pooled.
-type releasePool struct{ h *heldCharge }
+type heldPool struct{ h *heldCharge }
 
-func (p releasePool) Get(n int) *[]byte {
+func (p heldPool) Get(n int) *[]byte {
 	b := make([]byte, n)
 	return &b
 }
 
-func (p releasePool) Put(*[]byte) { p.h.done() }
+func (p heldPool) Put(*[]byte) { p.h.done() }
 
 // marshalHeld encodes v like gRPC's proto codec; a message registered in
 // heldMessages (WatchSignals responses: sendWindow.send) is encoded into
@@ -84,39 +84,85 @@ func (c requestCodec) marshalHeld(v any) (mem.BufferSlice, error) {
 	}
 	p := &buf
 	goruntime.AddCleanup(p, (*heldCharge).done, h)
-	return mem.BufferSlice{mem.NewBuffer(p, releasePool{h})}, nil
+	return mem.BufferSlice{mem.NewBuffer(p, heldPool{h})}, nil
 }
 
 // encodedRecord is a delivered record's StreamSessionResponse, encoded
 // once for every stream that delivers it (respCache), as one stream hands
 // it to gRPC (stream.SendMsg): requestCodec.Marshal recognises it and
-// returns the shared bytes instead of encoding the message again. Each
-// stream's handing-over is its own encodedRecord, which carries that
-// stream's charge.
+// returns the shared bytes instead of encoding the message again, in a
+// buffer of this stream's whose release returns this stream's charge
+// (slot). gRPC does not keep the value passed to SendMsg: a stream's
+// sender reuses one (recordSender).
 type encodedRecord struct {
-	b     []byte // shared and read-only; cap >= gRPC's pooling threshold
-	h     heldCharge
-	taken bool // Marshal handed b to gRPC (set on the sender's goroutine)
+	b      []byte     // shared and read-only; cap >= gRPC's pooling threshold
+	slot   *groupSlot // the charge; nil: none
+	anchor *[]byte    // the buffer's data pointer: the GC backstop's object
+	taken  bool       // Marshal handed b to gRPC
 }
 
+// GC backstop of charged records: the buffers of up to chargeGroupSize
+// records a stream hands to gRPC in a row share a data pointer (anchor;
+// gRPC reads a buffer's bytes through its own copy of the slice and
+// passes the pointer back only to the pool's Put), to which one cleanup
+// is attached: once none of them is reachable, it releases whatever
+// charge of the group gRPC did not free. One cleanup per group instead
+// of per record: attaching one costs a search of the span's specials.
+const chargeGroupSize = 64
+
+// chargeGroup holds the charges of one group of a stream's records.
+type chargeGroup struct {
+	sw    *sendWindow
+	n     atomic.Int32 // slots in use
+	slots [chargeGroupSize]groupSlot
+}
+
+// groupSlot is one record's charge; done releases it once.
+type groupSlot struct {
+	released atomic.Bool
+	cost     int64
+	g        *chargeGroup
+}
+
+func (s *groupSlot) done() {
+	if s.released.CompareAndSwap(false, true) {
+		s.g.sw.w.ReleaseSent(s.cost)
+		s.g.sw.drop()
+	}
+}
+
+// releaseAll is the group's cleanup.
+func (g *chargeGroup) releaseAll() {
+	for i := range g.n.Load() {
+		g.slots[i].done()
+	}
+}
+
+// releasePool is the mem.BufferPool of one charged record's buffer: gRPC
+// puts the buffer back when it is done with it, which releases the
+// charge. Nothing is pooled (the bytes are shared).
+type releasePool struct{ s *groupSlot }
+
+func (p releasePool) Get(n int) *[]byte {
+	b := make([]byte, n)
+	return &b
+}
+
+func (p releasePool) Put(*[]byte) { p.s.done() }
+
 // Marshal encodes v like gRPC's proto codec; an encodedRecord is not
-// encoded again: its shared bytes go to gRPC in a buffer of their own
-// that releases the stream's charge when gRPC frees it (or, should gRPC
-// drop it without freeing it, when the garbage collector finds it
-// unreachable).
+// encoded again (see encodedRecord).
 func (c requestCodec) Marshal(v any) (mem.BufferSlice, error) {
 	e, ok := v.(*encodedRecord)
 	if !ok {
 		return c.marshalHeld(v)
 	}
 	e.taken = true
-	if e.h.sw == nil {
+	if e.slot == nil {
 		return mem.BufferSlice{mem.SliceBuffer(e.b)}, nil
 	}
-	p := new([]byte) // this handing-over's: the cleanup's object
-	*p = e.b
-	goruntime.AddCleanup(p, (*heldCharge).done, &e.h)
-	return mem.BufferSlice{mem.NewBuffer(p, releasePool{&e.h})}, nil
+	*e.anchor = e.b // read once, by NewBuffer
+	return mem.BufferSlice{mem.NewBuffer(e.anchor, releasePool{e.slot})}, nil
 }
 
 // encodeRecord is the StreamSessionResponse carrying env, encoded, in a
@@ -178,21 +224,41 @@ func (sw *sendWindow) send(m proto.Message, cost int64, send func() error) error
 	return err
 }
 
-// sendRecord hands the encoded record b to gRPC (send: stream.SendMsg),
-// charged cost to the window: the charge counts as sent from now on and
-// is released when gRPC frees this handing-over's buffer, or now if send
+// recordSender hands a stream's encoded records to gRPC, charged to its
+// window; only the stream's sender goroutine uses it. Dropping it (the
+// sender returned) leaves the current group's anchor to the buffers gRPC
+// still holds.
+type recordSender struct {
+	sw     *sendWindow
+	g      *chargeGroup
+	anchor *[]byte
+	m      encodedRecord
+}
+
+// send hands the encoded record b to gRPC (send: stream.SendMsg), charged
+// cost to the window: the charge counts as sent from now on and is
+// released when gRPC frees this stream's buffer of b, or now if send
 // failed before taking b.
-func (sw *sendWindow) sendRecord(b []byte, cost int64, send func(any) error) error {
-	e := &encodedRecord{b: b}
+func (rs *recordSender) send(b []byte, cost int64, send func(any) error) error {
+	rs.m = encodedRecord{b: b}
+	defer func() { rs.m = encodedRecord{} }()
 	if cost <= 0 {
-		return send(e)
+		return send(&rs.m)
 	}
-	sw.hold()
-	e.h.sw, e.h.cost = sw, cost
-	sw.w.Sent(cost)
-	err := send(e)
-	if !e.taken {
-		e.h.done() // never encoded: gRPC holds nothing of it
+	if rs.g == nil || rs.g.n.Load() == chargeGroupSize {
+		rs.g = &chargeGroup{sw: rs.sw}
+		rs.anchor = new([]byte)
+		goruntime.AddCleanup(rs.anchor, (*chargeGroup).releaseAll, rs.g)
+	}
+	slot := &rs.g.slots[rs.g.n.Load()]
+	slot.cost, slot.g = cost, rs.g
+	rs.g.n.Add(1)
+	rs.sw.hold()
+	rs.sw.w.Sent(cost)
+	rs.m.slot, rs.m.anchor = slot, rs.anchor
+	err := send(&rs.m)
+	if !rs.m.taken {
+		slot.done() // never encoded: gRPC holds nothing of it
 	}
 	return err
 }

@@ -270,6 +270,7 @@ type outItem struct {
 // closes it sends what is still queued and returns. The window charge of
 // a sent record is released when gRPC has written it (sendrelease.go).
 func (st *streamState) sendLoop() error {
+	rs := &recordSender{sw: st.sw}
 	send := func(it outItem) error {
 		if it.seq > 0 {
 			st.mu.Lock()
@@ -278,7 +279,7 @@ func (st *streamState) sendLoop() error {
 		}
 		var err error
 		if it.enc != nil {
-			err = st.sw.sendRecord(it.enc, it.cost, st.stream.SendMsg)
+			err = rs.send(it.enc, it.cost, st.stream.SendMsg)
 		} else {
 			err = st.stream.Send(it.resp)
 		}
