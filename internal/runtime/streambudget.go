@@ -209,7 +209,7 @@ func (w *StreamWindow) Acquire(ctx context.Context, n int64) error {
 			timer.Stop()
 		}
 	}()
-	start := b.clock.Now()
+	var start time.Time // when the call first had to wait
 	waited := false
 	registered := false // counted in b.waiting
 	for {
@@ -229,6 +229,7 @@ func (w *StreamWindow) Acquire(ctx context.Context, n int64) error {
 		if !waited {
 			waited = true
 			b.waits.Add(1)
+			start = b.clock.Now()
 		}
 		changed := b.changed
 		var stallIn time.Duration = -1

@@ -296,9 +296,18 @@ func (st *streamState) sendLoop() error {
 	for {
 		select {
 		case it := <-st.out:
-			if err := send(it); err != nil {
-				st.cancel() // the client is gone: end the call
-				return err
+			// Everything queued, without a select per item (a fan-out
+			// stream's follower queues many records per wake-up).
+			for ok := true; ok; {
+				if err := send(it); err != nil {
+					st.cancel() // the client is gone: end the call
+					return err
+				}
+				select {
+				case it = <-st.out:
+				default:
+					ok = false
+				}
 			}
 		case <-st.ctxDone:
 			return nil // the call is over (the client left): nothing more can be sent
