@@ -11,6 +11,10 @@
 // identity ("authorization: Bearer <id>") as call metadata, so one
 // connection serves every identity.
 //
+// RunFanout (fanout.go) measures the other direction: one busy session
+// and many passive subscribers, every delivery verified, and the server's
+// CPU time per delivered envelope ("macpbench fanout").
+//
 // The load generator never stops on a failed call: Send errors are counted
 // and the session is abandoned (the server may have been killed on
 // purpose), rejections are counted and the session goes on.
