@@ -15,14 +15,15 @@ import (
 	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/bench/benchrec"
 	"github.com/macpd/macpd/internal/bench/loadgen"
 	"github.com/macpd/macpd/internal/clikit"
 )
 
 // fanout runs the fan-out measurement (loadgen.RunFanout) against a
 // running macpd and reports the server's CPU time per delivered envelope,
-// read from /proc/PID/stat (Linux) for --pid, or for the process that
-// listens on --addr's port when --pid is not given.
+// read from /proc/PID/stat (Linux, benchrec.ProcCPU) for --pid, or for the
+// process that listens on --addr's port when --pid is not given.
 func fanout(c *clikit.CLI, args []string) error {
 	subs := c.FS.Int("subscribers", 1000, "passive subscribers of the busy session")
 	conns := c.FS.Int("conns", 20, "connections the subscribers are spread over (the senders use one more)")
@@ -72,7 +73,10 @@ func fanout(c *clikit.CLI, args []string) error {
 	}
 	if *pid > 0 {
 		p := *pid
-		cfg.ServerCPU = func() (time.Duration, error) { return processCPU(p) }
+		cfg.ServerCPU = func() (time.Duration, error) {
+			sec, err := benchrec.ProcCPU(p)
+			return time.Duration(sec * float64(time.Second)), err
+		}
 	}
 	res, err := loadgen.RunFanout(c.Ctx, cfg)
 	if err != nil {
@@ -93,31 +97,6 @@ func fanout(c *clikit.CLI, args []string) error {
 		fmt.Fprintf(c.Stdout, "%s\n", b)
 	}
 	return nil
-}
-
-// userHZ is the unit of /proc/PID/stat's times (USER_HZ: 100 on Linux
-// whatever the kernel's tick rate).
-const userHZ = 100
-
-// processCPU is the user+system CPU time of process pid so far.
-func processCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0, err
-	}
-	// The fields after the command name, which is in parentheses and may
-	// hold spaces: state is field 3, utime 14, stime 15.
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected utime/stime %q %q", pid, f[11], f[12])
-	}
-	return time.Duration(ut+st) * time.Second / userHZ, nil
 }
 
 // listenerPID finds the process listening on addr's TCP port (Linux:

@@ -5,11 +5,13 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/macpd/macpd/internal/bench/benchrec"
 )
 
 // The fan-out command finds the server's process by its listening port
 // and reads its CPU time from /proc (Linux).
-func TestListenerPIDAndProcessCPU(t *testing.T) {
+func TestListenerPIDAndItsCPU(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -19,7 +21,7 @@ func TestListenerPIDAndProcessCPU(t *testing.T) {
 	if err != nil || pid != os.Getpid() {
 		t.Fatalf("listenerPID = %d, %v; want this process, %d", pid, err, os.Getpid())
 	}
-	c0, err := processCPU(pid)
+	c0, err := benchrec.ProcCPU(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +34,7 @@ func TestListenerPIDAndProcessCPU(t *testing.T) {
 		}
 		for start := time.Now(); time.Since(start) < 10*time.Millisecond; {
 		}
-		if c1, err = processCPU(pid); err != nil {
+		if c1, err = benchrec.ProcCPU(pid); err != nil {
 			t.Fatal(err)
 		}
 	}

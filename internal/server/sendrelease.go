@@ -45,17 +45,17 @@ func (h *heldCharge) done() {
 	}
 }
 
-// heldPool is the mem.BufferPool of one charged message's encoding:
+// releasePool is the mem.BufferPool of one charged message's encoding:
 // gRPC puts the buffer back when it is done with it, which releases the
 // charge. Nothing is pooled.
-type heldPool struct{ h *heldCharge }
+type releasePool struct{ h *heldCharge }
 
-func (p heldPool) Get(n int) *[]byte {
+func (p releasePool) Get(n int) *[]byte {
 	b := make([]byte, n)
 	return &b
 }
 
-func (p heldPool) Put(*[]byte) { p.h.done() }
+func (p releasePool) Put(*[]byte) { p.h.done() }
 
 // marshalHeld encodes v like gRPC's proto codec; a message registered in
 // heldMessages (WatchSignals responses: sendWindow.send) is encoded into
@@ -84,7 +84,7 @@ func (c requestCodec) marshalHeld(v any) (mem.BufferSlice, error) {
 	}
 	p := &buf
 	goruntime.AddCleanup(p, (*heldCharge).done, h)
-	return mem.BufferSlice{mem.NewBuffer(p, heldPool{h})}, nil
+	return mem.BufferSlice{mem.NewBuffer(p, releasePool{h})}, nil
 }
 
 // encodedRecord is a delivered record's StreamSessionResponse, encoded
@@ -95,10 +95,10 @@ func (c requestCodec) marshalHeld(v any) (mem.BufferSlice, error) {
 // (slot). gRPC does not keep the value passed to SendMsg: a stream's
 // sender reuses one (recordSender).
 type encodedRecord struct {
-	b      []byte     // shared and read-only; cap >= gRPC's pooling threshold
-	slot   *groupSlot // the charge; nil: none
-	anchor *[]byte    // the buffer's data pointer: the GC backstop's object
-	taken  bool       // Marshal handed b to gRPC
+	b      []byte      // shared and read-only; cap >= gRPC's pooling threshold
+	slot   *heldCharge // the charge; nil: none
+	anchor *[]byte     // the buffer's data pointer: the GC backstop's object
+	taken  bool        // Marshal handed b to gRPC
 }
 
 // GC backstop of charged records: the buffers of up to chargeGroupSize
@@ -112,23 +112,8 @@ const chargeGroupSize = 64
 
 // chargeGroup holds the charges of one group of a stream's records.
 type chargeGroup struct {
-	sw    *sendWindow
 	n     atomic.Int32 // slots in use
-	slots [chargeGroupSize]groupSlot
-}
-
-// groupSlot is one record's charge; done releases it once.
-type groupSlot struct {
-	released atomic.Bool
-	cost     int64
-	g        *chargeGroup
-}
-
-func (s *groupSlot) done() {
-	if s.released.CompareAndSwap(false, true) {
-		s.g.sw.w.ReleaseSent(s.cost)
-		s.g.sw.drop()
-	}
+	slots [chargeGroupSize]heldCharge
 }
 
 // releaseAll is the group's cleanup.
@@ -137,18 +122,6 @@ func (g *chargeGroup) releaseAll() {
 		g.slots[i].done()
 	}
 }
-
-// releasePool is the mem.BufferPool of one charged record's buffer: gRPC
-// puts the buffer back when it is done with it, which releases the
-// charge. Nothing is pooled (the bytes are shared).
-type releasePool struct{ s *groupSlot }
-
-func (p releasePool) Get(n int) *[]byte {
-	b := make([]byte, n)
-	return &b
-}
-
-func (p releasePool) Put(*[]byte) { p.s.done() }
 
 // Marshal encodes v like gRPC's proto codec; an encodedRecord is not
 // encoded again (see encodedRecord).
@@ -246,12 +219,12 @@ func (rs *recordSender) send(b []byte, cost int64, send func(any) error) error {
 		return send(&rs.m)
 	}
 	if rs.g == nil || rs.g.n.Load() == chargeGroupSize {
-		rs.g = &chargeGroup{sw: rs.sw}
+		rs.g = &chargeGroup{}
 		rs.anchor = new([]byte)
 		goruntime.AddCleanup(rs.anchor, (*chargeGroup).releaseAll, rs.g)
 	}
 	slot := &rs.g.slots[rs.g.n.Load()]
-	slot.cost, slot.g = cost, rs.g
+	slot.sw, slot.cost = rs.sw, cost
 	rs.g.n.Add(1)
 	rs.sw.hold()
 	rs.sw.w.Sent(cost)

@@ -15,8 +15,6 @@ import (
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/sdk"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Fan-out load (RunFanout): one busy session, many passive subscribers.
@@ -116,14 +114,7 @@ func RunFanout(ctx context.Context, cfg FanoutConfig) (*FanoutResult, error) {
 		return nil, errors.New("loadgen: fan-out needs at least one subscriber, connection, sender and message")
 	}
 	if cfg.Dial == nil {
-		addr := cfg.Addr
-		cfg.Dial = func(context.Context) (macpv1.MACPRuntimeServiceClient, io.Closer, error) {
-			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				return nil, nil, err
-			}
-			return macpv1.NewMACPRuntimeServiceClient(conn), conn, nil
-		}
+		cfg.Dial = plaintextDial(cfg.Addr)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
