@@ -30,7 +30,16 @@
 #      rpush -c 64" (64 clients, one request in flight each, values of
 #      BENCH_REDIS_VALUE bytes, default 150, about a load envelope). Without
 #      them the script runs and says the anchor was absent;
-#   8. before round 1, an untimed warm-up of macpd (below) so that it is
+#   8. fan-out ("macpbench fanout"): one session driven by 8 concurrent
+#      unary senders with BENCH_FANOUT passive StreamSession subscribers
+#      (default 1000, spread over 20 connections; 0 skips it) attached,
+#      BENCH_FANOUT_MESSAGES envelopes (default 500) after a warm-up; every
+#      subscriber must receive every envelope once, in the same order. It
+#      reports macpd's CPU time per delivered envelope (envelopes x
+#      subscribers). With BENCH_BASE=<commit>, that commit's macpd is built
+#      in a temporary git worktree and measured the same way in every
+#      round, alternating which goes first, beside this checkout's;
+#   9. before round 1, an untimed warm-up of macpd (below) so that it is
 #      measured in its steady state, as the durable echo is.
 #
 # Every round measures all of them, in that order, so each round's ratios
@@ -54,15 +63,19 @@
 # session, default 50), BENCH_RECORD (disksync record size, default 512),
 # BENCH_RAW=1 to also print every round's figures, BENCH_WINDOW (stream
 # window, default 64), BENCH_SHORT=1 for a quick run (1 round, 1 s per load
-# run and disk setting unless set otherwise), BENCH_WARM_WAL_MB (MiB of
-# WAL macpd writes in the untimed warm-up, default 192; 0: none).
+# run and disk setting unless set otherwise), BENCH_FANOUT,
+# BENCH_FANOUT_MESSAGES and BENCH_BASE (point 8), BENCH_ONLY=fanout to run
+# only point 8 (without the warm-up), BENCH_WARM_WAL_MB (MiB of WAL macpd
+# writes in the untimed warm-up of point 9, default 192; 0: none).
 #
 # The report ends with one machine-readable line per ratio, "ratio NAME
 # VALUE" (VALUE: the median over the rounds of the per-round ratio of
 # throughputs, or NA when a side was not measured): stream64/echo64,
 # stream64/floor64, stream64/redis64, send64/echo64, send64/floor64,
 # send1x16/floor1x16 (send: unary Send; floor: the durable echo; redis: the
-# Redis anchor).
+# Redis anchor); with BENCH_BASE also fanoutN-cpu/base (macpd's CPU per
+# delivered envelope with N subscribers, this checkout over the base
+# commit; lower is better).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -77,6 +90,19 @@ window=${BENCH_WINDOW:-64}
 redis_value=${BENCH_REDIS_VALUE:-150}
 messages=${BENCH_MESSAGES:-50}
 record=${BENCH_RECORD:-512}
+fanout=${BENCH_FANOUT:-1000}
+fanout_messages=${BENCH_FANOUT_MESSAGES:-500}
+base=${BENCH_BASE:-}
+only=${BENCH_ONLY:-}
+case "$only" in "" | fanout) ;; *)
+	echo "BENCH_ONLY is empty or fanout, not $only" >&2
+	exit 2
+	;;
+esac
+if [ "$only" = fanout ] && [ "$fanout" = 0 ]; then
+	echo "BENCH_ONLY=fanout needs BENCH_FANOUT > 0" >&2
+	exit 2
+fi
 dir=${BENCH_DIR:-$root/.tmp/bench}
 mkdir -p "$dir"
 res=$(mktemp -d "$dir/results.XXXXXX")
@@ -85,6 +111,7 @@ pids=()
 cleanup() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	if [ -n "${base_tree:-}" ]; then git -C "$root" worktree remove --force "$base_tree" 2>/dev/null || true; fi
 	rm -rf "$bin"
 }
 trap cleanup EXIT
@@ -119,6 +146,16 @@ wait_for() {
 
 log "building into $bin ..."
 (cd "$root" && go build -o "$bin/" ./cmd/macpd ./cmd/macpbench ./cmd/echo-bench ./cmd/disksync)
+base_tree=
+if [ -n "$base" ] && [ "$fanout" != 0 ]; then
+	base_tree=$(mktemp -d)
+	rmdir "$base_tree"
+	log "building macpd of BENCH_BASE=$base in a temporary worktree ..."
+	git -C "$root" worktree add --detach "$base_tree" "$base" >/dev/null
+	mkdir -p "$bin/base"
+	(cd "$base_tree" && go build -o "$bin/base/" ./cmd/macpd)
+	base_rev=$(git -C "$base_tree" rev-parse --short HEAD)
+fi
 
 # put NAME ROUND FIELD VALUE: one figure of one round.
 put() { printf '%s\n' "$4" >"$res/$1.$2.$3"; }
@@ -145,6 +182,20 @@ load() {
 	put "$name" "$round" failed "$(($(jget "$j" errors) + $(jget "$j" rejected)))"
 	put "$name" "$round" srvcpu "$(awk -v c="$((c1 - c0))" -v hz="$hz" -v n="$acked" 'BEGIN { if (n > 0) printf "%.1f", c / hz / n * 1e6 }')"
 	put "$name" "$round" clicpu "$(awk -v n="$acked" '{ if (n > 0) printf "%.1f", ($1 + $2) / n * 1e6 }' "$res/time.$name.$round")"
+}
+
+# fanout NAME ROUND PID ADDR: one "macpbench fanout" run against the macpd
+# process PID; records its CPU per delivered envelope (macpbench reads
+# /proc/PID/stat) and the deliveries per second.
+fanout_run() {
+	local name=$1 round=$2 pid=$3 addr=$4 out j
+	log "round $round: fanout $name: $fanout subscribers, $fanout_messages envelopes ..."
+	out=$("$bin/macpbench" fanout --addr "$addr" --insecure --pid "$pid" --subscribers "$fanout" \
+		--messages "$fanout_messages" --json)
+	[ -n "${BENCH_RAW:-}" ] && printf '%s\n' "$out" | sed '$d' | sed 's/^/    /' >&2
+	j=$(printf '%s\n' "$out" | tail -1)
+	put "$name" "$round" tput "$(jget "$j" deliveries_per_s)"
+	put "$name" "$round" srvcpu "$(jget "$j" server_cpu_us_per_delivery)"
 }
 
 # free_port: a TCP port nothing listens on now (the kernel's choice).
@@ -244,9 +295,18 @@ MACP_ADMIN_ADDR=$admin_addr "$bin/macpd" >"$dir/macpd.log" 2>&1 &
 macpd_pid=$!
 pids+=($macpd_pid)
 macpd_addr=$(wait_for "$dir/macpd.log" 'serving" addr=127\.0\.0\.1:[0-9]+' | cut -d= -f2)
+base_pid= base_addr=
+if [ -n "$base_tree" ]; then
+	rm -rf "$dir/macpd-base-data"
+	base_admin=127.0.0.1:$(free_port)
+	MACP_ADMIN_ADDR=$base_admin MACP_DATA_DIR=$dir/macpd-base-data "$bin/base/macpd" >"$dir/macpd-base.log" 2>&1 &
+	base_pid=$!
+	pids+=($base_pid)
+	base_addr=$(wait_for "$dir/macpd-base.log" 'serving" addr=127\.0\.0\.1:[0-9]+' | cut -d= -f2)
+fi
 store=$(grep -o -m1 -E 'store=[^ ]+' "$dir/macpd.log" | cut -d= -f2 || true)
 
-# Warm-up (point 8): the durable echo overwrites a log it wrote in full
+# Warm-up (point 9): the durable echo overwrites a log it wrote in full
 # before serving, so its syncs flush data blocks only. A fresh Pebble
 # store appends to new, preallocated WAL files instead, and on ext4 each
 # of those syncs also commits the file system's journal (the file grows),
@@ -264,37 +324,56 @@ store=$(grep -o -m1 -E 'store=[^ ]+' "$dir/macpd.log" | cut -d= -f2 || true)
 # below, leave memory: the rounds' resident sessions are their own.
 # BENCH_WARM_WAL_MB=0 measures the fresh store instead.
 warm_mb=${BENCH_WARM_WAL_MB:-192}
-warm_note="none (BENCH_WARM_WAL_MB=0)"
+# wal_bytes ADMIN: the WAL bytes a macpd has written (empty: none reported).
 wal_bytes() {
-	curl -s "http://$admin_addr/metrics" 2>/dev/null | awk '/^macpd_store_wal_bytes_in_total / { printf "%.0f\n", $2 }'
+	curl -s "http://$1/metrics" 2>/dev/null | awk '/^macpd_store_wal_bytes_in_total / { printf "%.0f\n", $2 }'
 }
-if [ "$warm_mb" -gt 0 ]; then
-	if ! command -v curl >/dev/null; then
-		warm_note="skipped: curl is not installed (fresh store measured)"
-	elif [ -z "$(wal_bytes)" ]; then
-		warm_note="skipped: the store reports no WAL (fresh or memory-only store measured)"
-	else
-		t0=$(date +%s)
-		while [ "$(wal_bytes)" -lt $((warm_mb << 20)) ] && [ $(($(date +%s) - t0)) -lt 180 ]; do
-			log "warm-up: $(($(wal_bytes) >> 20)) of $warm_mb MiB of WAL written ..."
-			"$bin/macpbench" load --addr "$macpd_addr" --insecure --duration 5s --messages "$messages" \
-				--concurrency 64 --stream --window "$window" --commit >/dev/null
-		done
-		t1=$(date +%s)
-		log "warm-up: waiting for compactions to finish ..."
-		while [ $(($(date +%s) - t1)) -lt 120 ]; do
-			busy=$(curl -s "http://$admin_addr/metrics" 2>/dev/null | awk '
-				/^macpd_store_compactions_in_progress / { if ($2 + 0 > 0) b = 1 }
-				/^macpd_sessions_resident\{state="terminal"\} / { if ($2 + 0 > 0) b = 1 }
-				END { print b + 0 }')
-			[ "$busy" = 0 ] && break
-			sleep 1
-		done
-		warm_note="$(($(wal_bytes) >> 20)) MiB of WAL written in $((t1 - t0)) s, then $(($(date +%s) - t1)) s for compactions (and evictions) to finish"
+# warm_up NAME ADDR ADMIN: the warm-up of one macpd; prints what it did.
+warm_up() {
+	local name=$1 addr=$2 admin=$3 t0 t1 busy
+	if [ "$warm_mb" = 0 ]; then
+		echo "none (BENCH_WARM_WAL_MB=0)"
+		return
 	fi
+	if ! command -v curl >/dev/null; then
+		echo "skipped: curl is not installed (fresh store measured)"
+		return
+	fi
+	if [ -z "$(wal_bytes "$admin")" ]; then
+		echo "skipped: the store reports no WAL (fresh or memory-only store measured)"
+		return
+	fi
+	t0=$(date +%s)
+	while [ "$(wal_bytes "$admin")" -lt $((warm_mb << 20)) ] && [ $(($(date +%s) - t0)) -lt 180 ]; do
+		log "warm-up of $name: $(($(wal_bytes "$admin") >> 20)) of $warm_mb MiB of WAL written ..."
+		"$bin/macpbench" load --addr "$addr" --insecure --duration 5s --messages "$messages" \
+			--concurrency 64 --stream --window "$window" --commit >/dev/null
+	done
+	t1=$(date +%s)
+	log "warm-up of $name: waiting for compactions to finish ..."
+	while [ $(($(date +%s) - t1)) -lt 120 ]; do
+		busy=$(curl -s "http://$admin/metrics" 2>/dev/null | awk '
+			/^macpd_store_compactions_in_progress / { if ($2 + 0 > 0) b = 1 }
+			/^macpd_sessions_resident\{state="terminal"\} / { if ($2 + 0 > 0) b = 1 }
+			END { print b + 0 }')
+		[ "$busy" = 0 ] && break
+		sleep 1
+	done
+	echo "$(($(wal_bytes "$admin") >> 20)) MiB of WAL written in $((t1 - t0)) s, then $(($(date +%s) - t1)) s for compactions (and evictions) to finish"
+}
+warm_note="none (BENCH_ONLY=fanout)" base_warm_note=
+if [ "$only" != fanout ]; then
+	warm_note=$(warm_up macpd "$macpd_addr" "$admin_addr")
+	if [ -n "$base_pid" ]; then base_warm_note=$(warm_up base "$base_addr" "$base_admin"); fi
 fi
 
 for round in $(seq "$rounds"); do
+	if [ "$fanout" != 0 ]; then
+		if [ -n "$base_pid" ] && [ $((round % 2)) = 1 ]; then fanout_run fanoutbase "$round" "$base_pid" "$base_addr"; fi
+		fanout_run fanout "$round" "$macpd_pid" "$macpd_addr"
+		if [ -n "$base_pid" ] && [ $((round % 2)) = 0 ]; then fanout_run fanoutbase "$round" "$base_pid" "$base_addr"; fi
+	fi
+	[ "$only" = fanout ] && continue
 	log "round $round: disksync ${disk_secs}s per setting in $dir ..."
 	disk=$("$bin/disksync" --dir "$dir" --duration "${disk_secs}s" --record-size "$record" --group 1,64 --json)
 	for g in 1 64; do
@@ -358,8 +437,20 @@ echo "macpd store: ${store:-?} (MACP_MEMORY_ONLY=${MACP_MEMORY_ONLY:-<default>},
 echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
 echo "${rounds} rounds; ${secs}s per load run, ${disk_secs}s per disk setting; client and servers on this machine"
 echo "macpd warm-up (steady state, WAL files recycled): $warm_note"
+if [ -n "$base_warm_note" ]; then echo "base macpd warm-up: $base_warm_note"; fi
 echo "load average before: $load_before, after: $load_after (other work competes for the CPUs when these exceed the CPU count)"
 echo "figures: median [min-max] over the rounds"
+if [ "$fanout" != 0 ]; then
+	echo
+	echo "fan-out: 1 session, 8 unary senders, $fanout passive StreamSession subscribers over 20 connections, $fanout_messages envelopes per run"
+	printf '%-40s %22s %22s\n' "macpd" "deliveries/s" "server µs/delivery"
+	printf '%-40s %22s %22s\n' "this checkout" "$(med fanout tput)" "$(med fanout srvcpu %.2f)"
+	if [ -n "$base_pid" ]; then
+		printf '%-40s %22s %22s\n' "base $base_rev (BENCH_BASE=$base)" "$(med fanoutbase tput)" "$(med fanoutbase srvcpu %.2f)"
+		printf '  %-56s %18s\n' "server CPU per delivery, this checkout / base" "$(ratio fanout srvcpu fanoutbase srvcpu)"
+	fi
+fi
+if [ -z "$only" ]; then
 echo
 printf '%-40s %22s %22s %22s %16s %16s\n' "scenario" "acked/s" "p50 ms" "p99 ms" "server µs/ack" "client µs/ack"
 row() {
@@ -454,4 +545,12 @@ mline stream64/redis64 stream64 redis64
 mline send64/echo64 c64 echo64
 mline send64/floor64 c64 decho64
 mline send1x16/floor1x16 s1x16 decho1x16
+fi
+if [ -n "$base_pid" ]; then
+	v=$(ratio fanout srvcpu fanoutbase srvcpu)
+	v=${v%% *}
+	[ "$v" = "-" ] && v=NA
+	[ -n "$only" ] && echo
+	echo "ratio fanout$fanout-cpu/base $v"
+fi
 rm -rf "$res"

@@ -1,6 +1,7 @@
 // Command macpbench holds macpd's benchmark and load tools, kept apart
 // from macpctl (the MACP client): load drives a runtime (or the gRPC
-// echo ceiling) and reports throughput and latency percentiles;
+// echo ceiling) and reports throughput and latency percentiles; fanout
+// measures the server's CPU per envelope delivered to passive subscribers;
 // check-acked proves a load run's acknowledged envelopes are in the
 // history; recovery writes, measures and replays recovery benchmark data.
 // docs/benchmarks.md describes each benchmark and how to reproduce it.
@@ -22,6 +23,9 @@ var commands = []clikit.Command{
 	{Name: "load", Args: "--sessions S --messages M --concurrency C [--senders N] [--stream --window W] [--acked-log FILE] [--json] [flags]",
 		Summary: "drive sessions (Decision by default) and report throughput and latency percentiles",
 		Run:     load},
+	{Name: "fanout", Args: "--subscribers N --messages M --senders S [--conns C] [--pid PID] [--json]",
+		Summary: "one busy session, N passive StreamSession subscribers: verify every delivery and report the server's CPU per delivered envelope",
+		Run:     fanout},
 	{Name: "check-acked", Args: "FILE [--idle D] [--show N]",
 		Summary: "prove every (session_id, message_id) of a \"load --acked-log\" file is in its session's history once, in ack order",
 		Run:     checkAcked},

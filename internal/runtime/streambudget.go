@@ -79,7 +79,8 @@ type StreamBudget struct {
 
 	mu      sync.Mutex
 	used    int64
-	changed chan struct{} // closed and replaced on every release
+	changed chan struct{} // closed and replaced on every release while waiting > 0
+	waiting int           // Acquire calls waiting on changed
 
 	usedGauge atomic.Int64 // used, for metrics without the lock
 	windows   atomic.Int64
@@ -174,6 +175,16 @@ func (b *StreamBudget) add(n int64) {
 	b.used += n
 	b.usedGauge.Store(b.used)
 	if n < 0 {
+		b.wakeLocked()
+	}
+}
+
+// wakeLocked wakes the waiting Acquire calls, if any; the caller holds
+// b.mu. Without waiters it does nothing: a fan-out stream calls Sent and
+// ReleaseSent per record, and a channel made and closed for no one each
+// time was a good part of its cost.
+func (b *StreamBudget) wakeLocked() {
+	if b.waiting > 0 {
 		close(b.changed)
 		b.changed = make(chan struct{})
 	}
@@ -198,10 +209,15 @@ func (w *StreamWindow) Acquire(ctx context.Context, n int64) error {
 			timer.Stop()
 		}
 	}()
-	start := b.clock.Now()
+	var start time.Time // when the call first had to wait
 	waited := false
+	registered := false // counted in b.waiting
 	for {
 		b.mu.Lock()
+		if registered {
+			b.waiting--
+			registered = false
+		}
 		if w.tryLocked(n) {
 			b.mu.Unlock()
 			return nil
@@ -213,6 +229,7 @@ func (w *StreamWindow) Acquire(ctx context.Context, n int64) error {
 		if !waited {
 			waited = true
 			b.waits.Add(1)
+			start = b.clock.Now()
 		}
 		changed := b.changed
 		var stallIn time.Duration = -1
@@ -229,6 +246,8 @@ func (w *StreamWindow) Acquire(ctx context.Context, n int64) error {
 				return errStalled(w, held)
 			}
 		}
+		b.waiting++
+		registered = true
 		b.mu.Unlock()
 		var fire <-chan time.Time
 		if stallIn > 0 {
@@ -250,6 +269,9 @@ func (w *StreamWindow) Acquire(ctx context.Context, n int64) error {
 		case <-changed:
 		case <-fire:
 		case <-ctx.Done():
+			b.mu.Lock()
+			b.waiting--
+			b.mu.Unlock()
 			return ctx.Err()
 		}
 	}
@@ -282,8 +304,7 @@ func (w *StreamWindow) Sent(n int64) {
 	n = min(n, w.pending)
 	w.pending -= n
 	w.sent += n
-	close(b.changed) // this window's Acquire may go on now
-	b.changed = make(chan struct{})
+	b.wakeLocked() // this window's Acquire may go on now
 }
 
 // ReleaseSent returns n sent bytes: the transport no longer holds them.
@@ -315,8 +336,7 @@ func (w *StreamWindow) Close() {
 	w.pending, w.sent = 0, 0
 	b.add(-held)
 	if held == 0 { // wake an Acquire of this window
-		close(b.changed)
-		b.changed = make(chan struct{})
+		b.wakeLocked()
 	}
 }
 

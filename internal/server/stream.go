@@ -255,11 +255,13 @@ func (st *streamState) setTrailer() {
 	}
 }
 
-// outItem is one queued response: seq is the session envelope's sequence
-// number (0 for heartbeats and errors), cost what the window was charged
-// for it (released by sendLoop).
+// outItem is one queued response: a session envelope's, encoded (enc,
+// shared with the other streams delivering it: respcache.go), with its
+// sequence number and what the window was charged for it (released once
+// gRPC frees it: sendrelease.go); or a heartbeat or error (resp).
 type outItem struct {
 	resp *macpv1.StreamSessionResponse
+	enc  []byte
 	seq  uint64
 	cost int64
 }
@@ -268,13 +270,19 @@ type outItem struct {
 // closes it sends what is still queued and returns. The window charge of
 // a sent record is released when gRPC has written it (sendrelease.go).
 func (st *streamState) sendLoop() error {
+	rs := &recordSender{sw: st.sw}
 	send := func(it outItem) error {
 		if it.seq > 0 {
 			st.mu.Lock()
 			st.sending = true
 			st.mu.Unlock()
 		}
-		err := st.sw.send(it.resp, it.cost, func() error { return st.stream.Send(it.resp) })
+		var err error
+		if it.enc != nil {
+			err = rs.send(it.enc, it.cost, st.stream.SendMsg)
+		} else {
+			err = st.stream.Send(it.resp)
+		}
 		if it.seq > 0 {
 			st.mu.Lock()
 			st.sending = false
@@ -288,9 +296,18 @@ func (st *streamState) sendLoop() error {
 	for {
 		select {
 		case it := <-st.out:
-			if err := send(it); err != nil {
-				st.cancel() // the client is gone: end the call
-				return err
+			// Everything queued, without a select per item (a fan-out
+			// stream's follower queues many records per wake-up).
+			for ok := true; ok; {
+				if err := send(it); err != nil {
+					st.cancel() // the client is gone: end the call
+					return err
+				}
+				select {
+				case it = <-st.out:
+				default:
+					ok = false
+				}
 			}
 		case <-st.ctxDone:
 			return nil // the call is over (the client left): nothing more can be sent
@@ -443,10 +460,12 @@ func (st *streamState) follow(ctx context.Context, sessionID string, after uint6
 				st.mu.Unlock()
 				return nil
 			}
-			it := outItem{
-				resp: &macpv1.StreamSessionResponse{Response: &macpv1.StreamSessionResponse_Envelope{Envelope: rec.Envelope}},
-				seq:  rec.Seq, cost: runtime.StreamCost(rec),
+			enc, err := records.encoded(rec.Seq, rec.Envelope)
+			if err != nil {
+				st.window.Release(runtime.StreamCost(rec))
+				return coord.Errorf(coord.CodeInternalError, "encoding record %d: %v", rec.Seq, err)
 			}
+			it := outItem{enc: enc, seq: rec.Seq, cost: runtime.StreamCost(rec)}
 			if err := st.enqueueRecord(ctx, it); err != nil {
 				return err
 			}

@@ -175,7 +175,7 @@ func MeasureStart(ctx context.Context, cfg MeasureConfig, man *Manifest) (*Start
 	}
 	res.AnsweredSeconds = time.Since(start).Seconds()
 	pid := cmd.Process.Pid
-	if res.CPUSeconds, err = procCPU(pid); err != nil {
+	if res.CPUSeconds, err = ProcCPU(pid); err != nil {
 		return nil, err
 	}
 	if res.RSSBytes, res.HWMBytes, err = procMem(pid); err != nil {
@@ -221,9 +221,9 @@ func intField(m map[string]any, k string) int {
 	return int(f)
 }
 
-// procCPU returns utime+stime of pid in seconds (/proc/PID/stat, clock
+// ProcCPU returns utime+stime of pid in seconds (/proc/PID/stat, clock
 // ticks of 1/100 s).
-func procCPU(pid int) (float64, error) {
+func ProcCPU(pid int) (float64, error) {
 	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0, err

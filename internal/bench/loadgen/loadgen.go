@@ -11,6 +11,10 @@
 // identity ("authorization: Bearer <id>") as call metadata, so one
 // connection serves every identity.
 //
+// RunFanout (fanout.go) measures the other direction: one busy session
+// and many passive subscribers, every delivery verified, and the server's
+// CPU time per delivered envelope ("macpbench fanout").
+//
 // The load generator never stops on a failed call: Send errors are counted
 // and the session is abandoned (the server may have been killed on
 // purpose), rejections are counted and the session goes on.
@@ -247,14 +251,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("loadgen: the %s message pattern never makes a Commitment eligible; drop Commit", cfg.Mode)
 	}
 	if cfg.Dial == nil {
-		addr := cfg.Addr
-		cfg.Dial = func(context.Context) (macpv1.MACPRuntimeServiceClient, io.Closer, error) {
-			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				return nil, nil, err
-			}
-			return macpv1.NewMACPRuntimeServiceClient(conn), conn, nil
-		}
+		cfg.Dial = plaintextDial(cfg.Addr)
 	}
 	r := &runner{cfg: cfg, wl: wl}
 	for range cfg.Conns {
@@ -302,6 +299,18 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// plaintextDial dials addr without transport security (Config.Dial's
+// default).
+func plaintextDial(addr string) func(context.Context) (macpv1.MACPRuntimeServiceClient, io.Closer, error) {
+	return func(context.Context) (macpv1.MACPRuntimeServiceClient, io.Closer, error) {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, nil, err
+		}
+		return macpv1.NewMACPRuntimeServiceClient(conn), conn, nil
+	}
 }
 
 // lookupModeVersion asks the runtime for the mode's version (standard
