@@ -191,11 +191,13 @@ const (
 // reflection registered. extra options are appended (credentials, ...).
 func (s *Service) NewGRPCServer(extra ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(s.UnaryInterceptor, s.limitUnary, s.decodeUnary),     // limits.go: after authentication; codec.go
-		grpc.ChainStreamInterceptor(s.StreamInterceptor, s.limitStream, s.decodeStream), // limits.go: stream slots, WatchSignals filter; codec.go
+		// connguard.go: the connection made a call; limits.go: after
+		// authentication; codec.go.
+		grpc.ChainUnaryInterceptor(s.guard.unarySeen, s.UnaryInterceptor, s.limitUnary, s.decodeUnary),
+		// connguard.go; limits.go: stream slots, WatchSignals filter; codec.go.
+		grpc.ChainStreamInterceptor(s.guard.streamSeen, s.StreamInterceptor, s.limitStream, s.decodeStream),
 		// Undecodable requests are the client's error, not INTERNAL (codec.go).
 		grpc.ForceServerCodecV2(newRequestCodec()),
-		s.guardOption(), // connguard.go
 	}
 	opts = append(opts, s.limitOptions()...) // limits.go: streams per connection, keepalive, handshake
 	if s.opts.MaxRecvBytes > 0 {
