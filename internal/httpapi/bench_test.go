@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -159,108 +158,57 @@ func BenchmarkSSEFanout(b *testing.B) {
 	cfg := testConfig()
 	cfg.Limits.MaxStreamsPerIdentity = 0 // one identity follows 1,000 times
 	e := startApp(b, cfg)
-	send := func(sid string, n int, prefix string) time.Duration {
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		t0 := time.Now()
-		for range benchSenders {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					i := next.Add(1)
-					if i > int64(n) {
-						return
-					}
-					if ack := e.grpcProposal(b, "coord", sid, fmt.Sprintf("%s-%d", prefix, i)); !ack.Ok {
-						b.Errorf("send: %v", ack)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		return time.Since(t0)
-	}
 	base := e.startSession(b, "coord", "alice")
-	alone := send(base, b.N, "a")
+	alone := proposeConcurrently(b, e, base, b.N, "a")
 
 	sid := e.startSession(b, "coord", "alice")
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: followers, MaxConnsPerHost: 0}}
-	var ready, done sync.WaitGroup
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	want := b.N + 1 // the SessionStart, then b.N proposals
 	var delivered atomic.Int64
-	for range followers {
-		ready.Add(1)
-		done.Add(1)
-		go func() {
-			defer done.Done()
-			req, _ := http.NewRequestWithContext(ctx, "GET", e.base+"/macp/session/"+sid+"/events", nil)
-			req.Header.Set("Authorization", "Bearer alice")
-			resp, err := hc.Do(req)
-			if err != nil || resp.StatusCode != 200 {
-				b.Errorf("follower: %v %v", resp, err)
-				ready.Done()
-				return
-			}
-			defer resp.Body.Close()
-			ready.Done()
-			r := bufio.NewReaderSize(resp.Body, 64<<10)
-			n := 0
-			for n < want {
-				line, err := r.ReadSlice('\n')
-				if err != nil {
-					b.Errorf("follower read after %d: %v", n, err)
-					return
-				}
-				if bytes.HasPrefix(line, []byte("id: ")) {
-					n++
-					delivered.Add(1)
-				}
-			}
-		}()
-	}
-	ready.Wait()
+	wait := followSSE(b, ctx, e, sid, followers, int64(b.N+1), &delivered) // the SessionStart, then b.N proposals
 	b.ResetTimer()
 	t0 := time.Now()
-	sent := send(sid, b.N, "f")
-	done.Wait()
+	sent := proposeConcurrently(b, e, sid, b.N, "f")
+	wait()
 	all := time.Since(t0)
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/sent.Seconds(), "env/s")
 	b.ReportMetric(float64(delivered.Load())/all.Seconds(), "events/s")
 	b.ReportMetric(alone.Seconds()/sent.Seconds(), "send-ratio")
-	_ = json.Marshal
 }
 
-// BenchmarkFeedFanoutEncodeOnce: what encoding an envelope once for all
-// the feeds of its session saves (encache.go). 1,000 SSE followers of one
-// session (SSE, WebSocket and protocol-mode feeds share the encoding path,
-// Server.encodeFeed); 16 concurrent gRPC senders send b.N envelopes with
-// the cache bypassed (every follower encodes its own copy, the baseline)
-// and b.N with it, in alternating halves (four phases), while the same
-// followers read. Every follower must receive every envelope, in order,
-// or the benchmark fails. Reported per delivered event: the process's CPU
-// time (server and the in-process HTTP clients, getrusage) in each
-// setting, and once/each, their ratio (the clients' share is the same in
-// both, so the server's own saving is larger than the ratio shows).
-//
-//	go test ./internal/httpapi -run '^$' -bench BenchmarkFeedFanoutEncodeOnce -benchtime 2000x -count 3
-func BenchmarkFeedFanoutEncodeOnce(b *testing.B) {
-	const followers = 1000
-	cfg := testConfig()
-	cfg.Limits.MaxStreamsPerIdentity = 0 // one identity follows 1,000 times
-	e := startApp(b, cfg)
-	defer httpapi.BypassEncodeCache(false)
-	sid := e.startSession(b, "coord", "alice")
+// proposeConcurrently sends n proposals into sid from benchSenders
+// concurrent gRPC senders and returns how long that took.
+func proposeConcurrently(b *testing.B, e *env, sid string, n int, prefix string) time.Duration {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for range benchSenders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(n) {
+					return
+				}
+				if ack := e.grpcProposal(b, "coord", sid, fmt.Sprintf("%s-%d", prefix, i)); !ack.Ok {
+					b.Errorf("send: %v", ack)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(t0)
+}
+
+// followSSE attaches followers SSE followers of sid (as alice) and returns
+// once all are attached; each reads until it has want events, which must
+// carry the ids 1, 2, ... in order, counting each in delivered. The
+// returned wait returns once every follower is done.
+func followSSE(b *testing.B, ctx context.Context, e *env, sid string, followers int, want int64, delivered *atomic.Int64) (wait func()) {
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: followers, MaxConnsPerHost: 0}}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	half := max(b.N/2, 1)
-	want := int64(1 + 4*half) // the SessionStart, then four phases
-	var delivered atomic.Int64
 	var ready, done sync.WaitGroup
 	for range followers {
 		ready.Add(1)
@@ -297,31 +245,42 @@ func BenchmarkFeedFanoutEncodeOnce(b *testing.B) {
 		}()
 	}
 	ready.Wait()
+	return done.Wait
+}
+
+// BenchmarkFeedFanoutEncodeOnce: what encoding an envelope once for all
+// the feeds of its session saves (encache.go). 1,000 SSE followers of one
+// session (SSE, WebSocket and protocol-mode feeds share the encoding path,
+// Server.encodeFeed); 16 concurrent gRPC senders send b.N envelopes with
+// the cache bypassed (every follower encodes its own copy, the baseline)
+// and b.N with it, in alternating halves (four phases), while the same
+// followers read. Every follower must receive every envelope, in order,
+// or the benchmark fails. Reported per delivered event: the process's CPU
+// time (server and the in-process HTTP clients, getrusage) in each
+// setting, and once/each, their ratio (the clients' share is the same in
+// both, so the server's own saving is larger than the ratio shows).
+//
+//	go test ./internal/httpapi -run '^$' -bench BenchmarkFeedFanoutEncodeOnce -benchtime 2000x -count 3
+func BenchmarkFeedFanoutEncodeOnce(b *testing.B) {
+	const followers = 1000
+	cfg := testConfig()
+	cfg.Limits.MaxStreamsPerIdentity = 0 // one identity follows 1,000 times
+	e := startApp(b, cfg)
+	defer httpapi.BypassEncodeCache(false)
+	sid := e.startSession(b, "coord", "alice")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	half := max(b.N/2, 1)
+	want := int64(1 + 4*half) // the SessionStart, then four phases
+	var delivered atomic.Int64
+	wait := followSSE(b, ctx, e, sid, followers, want, &delivered)
 	// phase sends half envelopes and waits until every follower has them;
 	// it returns the process CPU time that took.
 	sent := int64(1)
 	phase := func(bypass bool, prefix string) time.Duration {
 		httpapi.BypassEncodeCache(bypass)
 		c0 := processCPU()
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range benchSenders {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					i := next.Add(1)
-					if i > int64(half) {
-						return
-					}
-					if ack := e.grpcProposal(b, "coord", sid, fmt.Sprintf("%s-%d", prefix, i)); !ack.Ok {
-						b.Errorf("send: %v", ack)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
+		proposeConcurrently(b, e, sid, half, prefix)
 		sent += int64(half)
 		for delivered.Load() < sent*followers && !b.Failed() {
 			time.Sleep(time.Millisecond)
@@ -335,8 +294,7 @@ func BenchmarkFeedFanoutEncodeOnce(b *testing.B) {
 	once += phase(false, "once2")
 	each += phase(true, "each2")
 	b.StopTimer()
-	cancel()
-	done.Wait()
+	wait()
 	if got := delivered.Load(); got < want*followers {
 		b.Fatalf("delivered %d events, want %d", got, want*followers)
 	}

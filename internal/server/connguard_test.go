@@ -8,7 +8,6 @@ import (
 	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
-	"github.com/macpd/macpd/internal/app"
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
@@ -36,14 +35,7 @@ func TestFirstCallDeadlineSparesConnectionsThatCalled(t *testing.T) {
 				cfg.TLSCertPath, cfg.TLSKeyPath = certPath, keyPath
 				creds = credentials.NewTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
 			}
-			a, err := app.New(cfg, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := a.Start(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+			a := startApp(t, cfg).app // its own client is not used here
 
 			// An idle connection: it waits for its first call until reaped.
 			idle, err := net.Dial("tcp", a.Addr())

@@ -88,7 +88,7 @@ func (c requestCodec) marshalHeld(v any) (mem.BufferSlice, error) {
 }
 
 // encodedRecord is a delivered record's StreamSessionResponse, encoded
-// once for every stream that delivers it (respCache), as one stream hands
+// once for every stream that delivers it (records, respcache.go), as one stream hands
 // it to gRPC (stream.SendMsg): requestCodec.Marshal recognises it and
 // returns the shared bytes instead of encoding the message again, in a
 // buffer of this stream's whose release returns this stream's charge
