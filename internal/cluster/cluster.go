@@ -9,7 +9,8 @@
 //     elsewhere become resident, so their TTL is armed here too);
 //   - a watch on the meta key-value bucket reloads the extension-mode and
 //     policy registries (runtime.ReloadRegistries) when any node changes
-//     them.
+//     them, once when it starts, and again after a failed reload until one
+//     succeeds.
 //
 // Acceptance itself needs none of this: the store's per-session expected
 // sequence decides it (natsstore, runtime/cluster.go). The feed only keeps
@@ -22,6 +23,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -84,24 +86,55 @@ func Start(ctx context.Context, st *natsstore.Store, rt *runtime.Runtime, after 
 	go func() {
 		defer n.wg.Done()
 		defer func() { _ = w.Stop() }()
-		for {
-			select {
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e == nil {
-					continue
-				}
-				if err := rt.ReloadRegistries(ctx); err != nil && !errors.Is(err, context.Canceled) {
-					log.Warn("reloading registries from the shared store failed", "err", err)
-				}
-			case <-ctx.Done():
-				return
-			}
-		}
+		watchRegistries(ctx, w.Updates(), rt, log)
 	}()
 	return n, nil
+}
+
+// watchRegistries reloads rt's registries on every update of the meta
+// bucket until updates closes or ctx ends.
+func watchRegistries(ctx context.Context, updates <-chan jetstream.KeyValueEntry, rt *runtime.Runtime, log *slog.Logger) {
+	// Reload once now: a change made between the runtime's own load and
+	// the watch's start has no update of its own.
+	retry := reloadRetry(ctx, rt, log, true)
+	for {
+		select {
+		case e, ok := <-updates:
+			if !ok {
+				return
+			}
+			if e == nil {
+				continue
+			}
+			retry = reloadRetry(ctx, rt, log, true)
+		case <-retry:
+			// The last reload failed (the bucket may not have answered in
+			// time under load): try again, or the change is never seen
+			// here, since its update has been consumed.
+			retry = reloadRetry(ctx, rt, log, false)
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// reloadBackoff is the wait before reloading registries again after a
+// failed reload.
+var reloadBackoff = 250 * time.Millisecond
+
+// reloadRetry reloads rt's registries from the store; on failure it
+// returns a channel that fires when the reload should be tried again,
+// else nil (a nil channel never fires). first: the first attempt for a
+// change (a failure is logged once per change, not per retry).
+func reloadRetry(ctx context.Context, rt *runtime.Runtime, log *slog.Logger, first bool) <-chan time.Time {
+	err := rt.ReloadRegistries(ctx)
+	if err == nil || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	if first {
+		log.Warn("reloading registries from the shared store failed; retrying", "err", err)
+	}
+	return time.After(reloadBackoff)
 }
 
 // Stop ends the feed.
