@@ -55,9 +55,6 @@ type guardedConn struct {
 
 func (c *guardedConn) Close() error {
 	c.once.Do(func() {
-		if tm := c.timer.Load(); tm != nil {
-			tm.Stop()
-		}
 		g := c.g
 		g.mu.Lock()
 		if g.perIP[c.ip]--; g.perIP[c.ip] <= 0 {
@@ -65,7 +62,7 @@ func (c *guardedConn) Close() error {
 		}
 		delete(g.byAddr, c.RemoteAddr())
 		g.mu.Unlock()
-		c.markCalled() // no longer waiting
+		c.markCalled() // no longer waiting: stops the first-call timer
 	})
 	return c.Conn.Close()
 }
