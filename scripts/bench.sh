@@ -319,9 +319,9 @@ store=$(grep -o -m1 -E 'store=[^ ]+' "$dir/macpd.log" | cut -d= -f2 || true)
 # until Pebble has no compaction running, so that the rounds do not start
 # in the middle of one the warm-up caused (later compactions, which the
 # rounds' writes trigger, merge the warm-up's tables too, as in any store
-# that holds data). The
-# warm-up's sessions end (Commitment) and, with MACP_EVICT_AFTER_MS=1000
-# below, leave memory: the rounds' resident sessions are their own.
+# that holds data). The warm-up's sessions end (Commitment) and, with
+# MACP_EVICT_AFTER_MS=1000 (set above), leave memory: the rounds' resident
+# sessions are their own.
 # BENCH_WARM_WAL_MB=0 measures the fresh store instead.
 warm_mb=${BENCH_WARM_WAL_MB:-192}
 # wal_bytes ADMIN: the WAL bytes a macpd has written (empty: none reported).
