@@ -21,6 +21,11 @@ type Binding struct {
 	Initiator     string
 	// Participants are the declared participants in SessionStart order.
 	Participants []string
+	// Profile is the semantics profile the session is bound to
+	// (coord.ProfileApril or coord.ProfileLatest; never empty for a
+	// session the core started or restored). Modes use it only where the
+	// two profiles give different verdicts.
+	Profile string
 }
 
 // IsParticipant reports whether id is a declared participant.

@@ -32,6 +32,9 @@ const (
 	SessionLifecycleEvent_EVENT_TYPE_CREATED     SessionLifecycleEvent_EventType = 1
 	SessionLifecycleEvent_EVENT_TYPE_RESOLVED    SessionLifecycleEvent_EventType = 2
 	SessionLifecycleEvent_EVENT_TYPE_EXPIRED     SessionLifecycleEvent_EventType = 3
+	SessionLifecycleEvent_EVENT_TYPE_SUSPENDED   SessionLifecycleEvent_EventType = 4
+	SessionLifecycleEvent_EVENT_TYPE_RESUMED     SessionLifecycleEvent_EventType = 5
+	SessionLifecycleEvent_EVENT_TYPE_CANCELLED   SessionLifecycleEvent_EventType = 6
 )
 
 // Enum value maps for SessionLifecycleEvent_EventType.
@@ -41,12 +44,18 @@ var (
 		1: "EVENT_TYPE_CREATED",
 		2: "EVENT_TYPE_RESOLVED",
 		3: "EVENT_TYPE_EXPIRED",
+		4: "EVENT_TYPE_SUSPENDED",
+		5: "EVENT_TYPE_RESUMED",
+		6: "EVENT_TYPE_CANCELLED",
 	}
 	SessionLifecycleEvent_EventType_value = map[string]int32{
 		"EVENT_TYPE_UNSPECIFIED": 0,
 		"EVENT_TYPE_CREATED":     1,
 		"EVENT_TYPE_RESOLVED":    2,
 		"EVENT_TYPE_EXPIRED":     3,
+		"EVENT_TYPE_SUSPENDED":   4,
+		"EVENT_TYPE_RESUMED":     5,
+		"EVENT_TYPE_CANCELLED":   6,
 	}
 )
 
@@ -74,7 +83,7 @@ func (x SessionLifecycleEvent_EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SessionLifecycleEvent_EventType.Descriptor instead.
 func (SessionLifecycleEvent_EventType) EnumDescriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{56, 0}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{63, 0}
 }
 
 // Root is a named URI exposed by a runtime or bound to a session (RFC-MACP-0001 §7.1).
@@ -1028,8 +1037,11 @@ type SessionStartPayload struct {
 	Roots                []*Root                `protobuf:"bytes,7,rep,name=roots,proto3" json:"roots,omitempty"`
 	ContextId            string                 `protobuf:"bytes,8,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`                                                            // opaque context reference, preserved but never interpreted (§7.4.1)
 	Extensions           map[string][]byte      `protobuf:"bytes,9,rep,name=extensions,proto3" json:"extensions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // preserved; core lifecycle must not depend on it (§7.4.2)
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Cap on cumulative suspended time before a SUSPENDED session expires
+	// (RFC-MACP-0001 §7.5, macp-proto 0.1.5): 0 = the runtime default, negative is rejected.
+	MaxSuspendMs  int64 `protobuf:"varint,10,opt,name=max_suspend_ms,json=maxSuspendMs,proto3" json:"max_suspend_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionStartPayload) Reset() {
@@ -1125,6 +1137,13 @@ func (x *SessionStartPayload) GetExtensions() map[string][]byte {
 	return nil
 }
 
+func (x *SessionStartPayload) GetMaxSuspendMs() int64 {
+	if x != nil {
+		return x.MaxSuspendMs
+	}
+	return 0
+}
+
 // SessionCancelPayload is the runtime-emitted cancellation annotation (RFC-MACP-0001 §7.3).
 type SessionCancelPayload struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1178,6 +1197,176 @@ func (x *SessionCancelPayload) GetCancelledBy() string {
 	return ""
 }
 
+// SessionSuspendPayload is the runtime-emitted suspension annotation (RFC-MACP-0001 §7.5);
+// clients never Send it.
+type SessionSuspendPayload struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	SuspendedBy   string                 `protobuf:"bytes,2,opt,name=suspended_by,json=suspendedBy,proto3" json:"suspended_by,omitempty"` // runtime-set: the authenticated SuspendSession caller
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionSuspendPayload) Reset() {
+	*x = SessionSuspendPayload{}
+	mi := &file_macp_v1_core_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionSuspendPayload) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionSuspendPayload) ProtoMessage() {}
+
+func (x *SessionSuspendPayload) ProtoReflect() protoreflect.Message {
+	mi := &file_macp_v1_core_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionSuspendPayload.ProtoReflect.Descriptor instead.
+func (*SessionSuspendPayload) Descriptor() ([]byte, []int) {
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SessionSuspendPayload) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SessionSuspendPayload) GetSuspendedBy() string {
+	if x != nil {
+		return x.SuspendedBy
+	}
+	return ""
+}
+
+// SessionResumePayload is the runtime-emitted resumption annotation (RFC-MACP-0001 §7.5);
+// clients never Send it.
+type SessionResumePayload struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	ResumedBy     string                 `protobuf:"bytes,2,opt,name=resumed_by,json=resumedBy,proto3" json:"resumed_by,omitempty"` // runtime-set: the authenticated ResumeSession caller
+	BankedMs      int64                  `protobuf:"varint,3,opt,name=banked_ms,json=bankedMs,proto3" json:"banked_ms,omitempty"`   // TTL banked during the suspension, restored to the deadline
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionResumePayload) Reset() {
+	*x = SessionResumePayload{}
+	mi := &file_macp_v1_core_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionResumePayload) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionResumePayload) ProtoMessage() {}
+
+func (x *SessionResumePayload) ProtoReflect() protoreflect.Message {
+	mi := &file_macp_v1_core_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionResumePayload.ProtoReflect.Descriptor instead.
+func (*SessionResumePayload) Descriptor() ([]byte, []int) {
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SessionResumePayload) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SessionResumePayload) GetResumedBy() string {
+	if x != nil {
+		return x.ResumedBy
+	}
+	return ""
+}
+
+func (x *SessionResumePayload) GetBankedMs() int64 {
+	if x != nil {
+		return x.BankedMs
+	}
+	return 0
+}
+
+// CommitmentRef names an accepted commitment of another session, for
+// cross-session supersession (RFC-MACP-0001 §7.3.1).
+type CommitmentRef struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	SessionId      string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	CommitmentHash string                 `protobuf:"bytes,2,opt,name=commitment_hash,json=commitmentHash,proto3" json:"commitment_hash,omitempty"` // "sha256:<hex>", RFC-MACP-0013
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CommitmentRef) Reset() {
+	*x = CommitmentRef{}
+	mi := &file_macp_v1_core_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitmentRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitmentRef) ProtoMessage() {}
+
+func (x *CommitmentRef) ProtoReflect() protoreflect.Message {
+	mi := &file_macp_v1_core_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitmentRef.ProtoReflect.Descriptor instead.
+func (*CommitmentRef) Descriptor() ([]byte, []int) {
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CommitmentRef) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *CommitmentRef) GetCommitmentHash() string {
+	if x != nil {
+		return x.CommitmentHash
+	}
+	return ""
+}
+
 // CommitmentPayload is the authoritative terminal outcome of a session (RFC-MACP-0002 §6).
 type CommitmentPayload struct {
 	state                protoimpl.MessageState `protogen:"open.v1"`
@@ -1189,13 +1378,14 @@ type CommitmentPayload struct {
 	PolicyVersion        string                 `protobuf:"bytes,6,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
 	ConfigurationVersion string                 `protobuf:"bytes,7,opt,name=configuration_version,json=configurationVersion,proto3" json:"configuration_version,omitempty"`
 	OutcomePositive      bool                   `protobuf:"varint,8,opt,name=outcome_positive,json=outcomePositive,proto3" json:"outcome_positive,omitempty"` // false for definitive negative outcomes
+	Supersedes           *CommitmentRef         `protobuf:"bytes,9,opt,name=supersedes,proto3" json:"supersedes,omitempty"`                                   // checked structurally only (RFC-MACP-0001 §7.3.1)
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
 
 func (x *CommitmentPayload) Reset() {
 	*x = CommitmentPayload{}
-	mi := &file_macp_v1_core_proto_msgTypes[17]
+	mi := &file_macp_v1_core_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1207,7 +1397,7 @@ func (x *CommitmentPayload) String() string {
 func (*CommitmentPayload) ProtoMessage() {}
 
 func (x *CommitmentPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[17]
+	mi := &file_macp_v1_core_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1220,7 +1410,7 @@ func (x *CommitmentPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitmentPayload.ProtoReflect.Descriptor instead.
 func (*CommitmentPayload) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{17}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CommitmentPayload) GetCommitmentId() string {
@@ -1279,6 +1469,13 @@ func (x *CommitmentPayload) GetOutcomePositive() bool {
 	return false
 }
 
+func (x *CommitmentPayload) GetSupersedes() *CommitmentRef {
+	if x != nil {
+		return x.Supersedes
+	}
+	return nil
+}
+
 // ParticipantActivity summarises one participant's accepted messages (RFC-MACP-0006 §3.5).
 type ParticipantActivity struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
@@ -1291,7 +1488,7 @@ type ParticipantActivity struct {
 
 func (x *ParticipantActivity) Reset() {
 	*x = ParticipantActivity{}
-	mi := &file_macp_v1_core_proto_msgTypes[18]
+	mi := &file_macp_v1_core_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1303,7 +1500,7 @@ func (x *ParticipantActivity) String() string {
 func (*ParticipantActivity) ProtoMessage() {}
 
 func (x *ParticipantActivity) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[18]
+	mi := &file_macp_v1_core_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1316,7 +1513,7 @@ func (x *ParticipantActivity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParticipantActivity.ProtoReflect.Descriptor instead.
 func (*ParticipantActivity) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{18}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ParticipantActivity) GetParticipantId() string {
@@ -1362,7 +1559,7 @@ type SessionMetadata struct {
 
 func (x *SessionMetadata) Reset() {
 	*x = SessionMetadata{}
-	mi := &file_macp_v1_core_proto_msgTypes[19]
+	mi := &file_macp_v1_core_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1571,7 @@ func (x *SessionMetadata) String() string {
 func (*SessionMetadata) ProtoMessage() {}
 
 func (x *SessionMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[19]
+	mi := &file_macp_v1_core_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1584,7 @@ func (x *SessionMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionMetadata.ProtoReflect.Descriptor instead.
 func (*SessionMetadata) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{19}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SessionMetadata) GetSessionId() string {
@@ -1491,7 +1688,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_macp_v1_core_proto_msgTypes[20]
+	mi := &file_macp_v1_core_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1503,7 +1700,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[20]
+	mi := &file_macp_v1_core_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1516,7 +1713,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{20}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -1537,7 +1734,7 @@ type CancelSessionRequest struct {
 
 func (x *CancelSessionRequest) Reset() {
 	*x = CancelSessionRequest{}
-	mi := &file_macp_v1_core_proto_msgTypes[21]
+	mi := &file_macp_v1_core_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1549,7 +1746,7 @@ func (x *CancelSessionRequest) String() string {
 func (*CancelSessionRequest) ProtoMessage() {}
 
 func (x *CancelSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[21]
+	mi := &file_macp_v1_core_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1562,7 +1759,7 @@ func (x *CancelSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelSessionRequest.ProtoReflect.Descriptor instead.
 func (*CancelSessionRequest) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{21}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CancelSessionRequest) GetSessionId() string {
@@ -1579,6 +1776,202 @@ func (x *CancelSessionRequest) GetReason() string {
 	return ""
 }
 
+// SuspendSessionRequest asks the runtime to suspend an OPEN session (RFC-MACP-0001 §7.5).
+type SuspendSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuspendSessionRequest) Reset() {
+	*x = SuspendSessionRequest{}
+	mi := &file_macp_v1_core_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuspendSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuspendSessionRequest) ProtoMessage() {}
+
+func (x *SuspendSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_macp_v1_core_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuspendSessionRequest.ProtoReflect.Descriptor instead.
+func (*SuspendSessionRequest) Descriptor() ([]byte, []int) {
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SuspendSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SuspendSessionRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// SuspendSessionResponse acknowledges SuspendSession.
+type SuspendSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ack           *Ack                   `protobuf:"bytes,1,opt,name=ack,proto3" json:"ack,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuspendSessionResponse) Reset() {
+	*x = SuspendSessionResponse{}
+	mi := &file_macp_v1_core_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuspendSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuspendSessionResponse) ProtoMessage() {}
+
+func (x *SuspendSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_macp_v1_core_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuspendSessionResponse.ProtoReflect.Descriptor instead.
+func (*SuspendSessionResponse) Descriptor() ([]byte, []int) {
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *SuspendSessionResponse) GetAck() *Ack {
+	if x != nil {
+		return x.Ack
+	}
+	return nil
+}
+
+// ResumeSessionRequest asks the runtime to resume a SUSPENDED session (RFC-MACP-0001 §7.5).
+type ResumeSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeSessionRequest) Reset() {
+	*x = ResumeSessionRequest{}
+	mi := &file_macp_v1_core_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeSessionRequest) ProtoMessage() {}
+
+func (x *ResumeSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_macp_v1_core_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeSessionRequest.ProtoReflect.Descriptor instead.
+func (*ResumeSessionRequest) Descriptor() ([]byte, []int) {
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ResumeSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ResumeSessionRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ResumeSessionResponse acknowledges ResumeSession.
+type ResumeSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ack           *Ack                   `protobuf:"bytes,1,opt,name=ack,proto3" json:"ack,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeSessionResponse) Reset() {
+	*x = ResumeSessionResponse{}
+	mi := &file_macp_v1_core_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeSessionResponse) ProtoMessage() {}
+
+func (x *ResumeSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_macp_v1_core_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeSessionResponse.ProtoReflect.Descriptor instead.
+func (*ResumeSessionResponse) Descriptor() ([]byte, []int) {
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ResumeSessionResponse) GetAck() *Ack {
+	if x != nil {
+		return x.Ack
+	}
+	return nil
+}
+
 // GetManifestRequest asks for an agent manifest; empty agent_id means the serving runtime (RFC-MACP-0005 §7.3).
 type GetManifestRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1589,7 +1982,7 @@ type GetManifestRequest struct {
 
 func (x *GetManifestRequest) Reset() {
 	*x = GetManifestRequest{}
-	mi := &file_macp_v1_core_proto_msgTypes[22]
+	mi := &file_macp_v1_core_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1994,7 @@ func (x *GetManifestRequest) String() string {
 func (*GetManifestRequest) ProtoMessage() {}
 
 func (x *GetManifestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[22]
+	mi := &file_macp_v1_core_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +2007,7 @@ func (x *GetManifestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetManifestRequest.ProtoReflect.Descriptor instead.
 func (*GetManifestRequest) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{22}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetManifestRequest) GetAgentId() string {
@@ -1637,7 +2030,7 @@ type TransportEndpoint struct {
 
 func (x *TransportEndpoint) Reset() {
 	*x = TransportEndpoint{}
-	mi := &file_macp_v1_core_proto_msgTypes[23]
+	mi := &file_macp_v1_core_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1649,7 +2042,7 @@ func (x *TransportEndpoint) String() string {
 func (*TransportEndpoint) ProtoMessage() {}
 
 func (x *TransportEndpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[23]
+	mi := &file_macp_v1_core_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1662,7 +2055,7 @@ func (x *TransportEndpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransportEndpoint.ProtoReflect.Descriptor instead.
 func (*TransportEndpoint) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{23}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TransportEndpoint) GetTransport() string {
@@ -1710,7 +2103,7 @@ type AgentManifest struct {
 
 func (x *AgentManifest) Reset() {
 	*x = AgentManifest{}
-	mi := &file_macp_v1_core_proto_msgTypes[24]
+	mi := &file_macp_v1_core_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1722,7 +2115,7 @@ func (x *AgentManifest) String() string {
 func (*AgentManifest) ProtoMessage() {}
 
 func (x *AgentManifest) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[24]
+	mi := &file_macp_v1_core_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1735,7 +2128,7 @@ func (x *AgentManifest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentManifest.ProtoReflect.Descriptor instead.
 func (*AgentManifest) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{24}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AgentManifest) GetAgentId() string {
@@ -1812,7 +2205,7 @@ type ModeDescriptor struct {
 
 func (x *ModeDescriptor) Reset() {
 	*x = ModeDescriptor{}
-	mi := &file_macp_v1_core_proto_msgTypes[25]
+	mi := &file_macp_v1_core_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1824,7 +2217,7 @@ func (x *ModeDescriptor) String() string {
 func (*ModeDescriptor) ProtoMessage() {}
 
 func (x *ModeDescriptor) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[25]
+	mi := &file_macp_v1_core_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1837,7 +2230,7 @@ func (x *ModeDescriptor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModeDescriptor.ProtoReflect.Descriptor instead.
 func (*ModeDescriptor) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{25}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ModeDescriptor) GetMode() string {
@@ -1912,7 +2305,7 @@ type ListModesRequest struct {
 
 func (x *ListModesRequest) Reset() {
 	*x = ListModesRequest{}
-	mi := &file_macp_v1_core_proto_msgTypes[26]
+	mi := &file_macp_v1_core_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2317,7 @@ func (x *ListModesRequest) String() string {
 func (*ListModesRequest) ProtoMessage() {}
 
 func (x *ListModesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[26]
+	mi := &file_macp_v1_core_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2330,7 @@ func (x *ListModesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModesRequest.ProtoReflect.Descriptor instead.
 func (*ListModesRequest) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{26}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{33}
 }
 
 // ListModesResponse carries the standards-track mode descriptors.
@@ -1950,7 +2343,7 @@ type ListModesResponse struct {
 
 func (x *ListModesResponse) Reset() {
 	*x = ListModesResponse{}
-	mi := &file_macp_v1_core_proto_msgTypes[27]
+	mi := &file_macp_v1_core_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2355,7 @@ func (x *ListModesResponse) String() string {
 func (*ListModesResponse) ProtoMessage() {}
 
 func (x *ListModesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[27]
+	mi := &file_macp_v1_core_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2368,7 @@ func (x *ListModesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModesResponse.ProtoReflect.Descriptor instead.
 func (*ListModesResponse) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{27}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListModesResponse) GetModes() []*ModeDescriptor {
@@ -1994,7 +2387,7 @@ type ListRootsRequest struct {
 
 func (x *ListRootsRequest) Reset() {
 	*x = ListRootsRequest{}
-	mi := &file_macp_v1_core_proto_msgTypes[28]
+	mi := &file_macp_v1_core_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2006,7 +2399,7 @@ func (x *ListRootsRequest) String() string {
 func (*ListRootsRequest) ProtoMessage() {}
 
 func (x *ListRootsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[28]
+	mi := &file_macp_v1_core_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2019,7 +2412,7 @@ func (x *ListRootsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRootsRequest.ProtoReflect.Descriptor instead.
 func (*ListRootsRequest) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{28}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{35}
 }
 
 // ListRootsResponse carries the runtime's roots.
@@ -2032,7 +2425,7 @@ type ListRootsResponse struct {
 
 func (x *ListRootsResponse) Reset() {
 	*x = ListRootsResponse{}
-	mi := &file_macp_v1_core_proto_msgTypes[29]
+	mi := &file_macp_v1_core_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2044,7 +2437,7 @@ func (x *ListRootsResponse) String() string {
 func (*ListRootsResponse) ProtoMessage() {}
 
 func (x *ListRootsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[29]
+	mi := &file_macp_v1_core_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2057,7 +2450,7 @@ func (x *ListRootsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRootsResponse.ProtoReflect.Descriptor instead.
 func (*ListRootsResponse) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{29}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListRootsResponse) GetRoots() []*Root {
@@ -2076,7 +2469,7 @@ type WatchModeRegistryRequest struct {
 
 func (x *WatchModeRegistryRequest) Reset() {
 	*x = WatchModeRegistryRequest{}
-	mi := &file_macp_v1_core_proto_msgTypes[30]
+	mi := &file_macp_v1_core_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2088,7 +2481,7 @@ func (x *WatchModeRegistryRequest) String() string {
 func (*WatchModeRegistryRequest) ProtoMessage() {}
 
 func (x *WatchModeRegistryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[30]
+	mi := &file_macp_v1_core_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2101,7 +2494,7 @@ func (x *WatchModeRegistryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchModeRegistryRequest.ProtoReflect.Descriptor instead.
 func (*WatchModeRegistryRequest) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{30}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{37}
 }
 
 // WatchRootsRequest subscribes to roots change hints (RFC-MACP-0006 §3.3).
@@ -2113,7 +2506,7 @@ type WatchRootsRequest struct {
 
 func (x *WatchRootsRequest) Reset() {
 	*x = WatchRootsRequest{}
-	mi := &file_macp_v1_core_proto_msgTypes[31]
+	mi := &file_macp_v1_core_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2125,7 +2518,7 @@ func (x *WatchRootsRequest) String() string {
 func (*WatchRootsRequest) ProtoMessage() {}
 
 func (x *WatchRootsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[31]
+	mi := &file_macp_v1_core_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2138,7 +2531,7 @@ func (x *WatchRootsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRootsRequest.ProtoReflect.Descriptor instead.
 func (*WatchRootsRequest) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{31}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{38}
 }
 
 // RegistryChanged hints that a registry may have changed; clients re-query it.
@@ -2152,7 +2545,7 @@ type RegistryChanged struct {
 
 func (x *RegistryChanged) Reset() {
 	*x = RegistryChanged{}
-	mi := &file_macp_v1_core_proto_msgTypes[32]
+	mi := &file_macp_v1_core_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2557,7 @@ func (x *RegistryChanged) String() string {
 func (*RegistryChanged) ProtoMessage() {}
 
 func (x *RegistryChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[32]
+	mi := &file_macp_v1_core_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2570,7 @@ func (x *RegistryChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryChanged.ProtoReflect.Descriptor instead.
 func (*RegistryChanged) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{32}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RegistryChanged) GetRegistry() string {
@@ -2204,7 +2597,7 @@ type RootsChanged struct {
 
 func (x *RootsChanged) Reset() {
 	*x = RootsChanged{}
-	mi := &file_macp_v1_core_proto_msgTypes[33]
+	mi := &file_macp_v1_core_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2216,7 +2609,7 @@ func (x *RootsChanged) String() string {
 func (*RootsChanged) ProtoMessage() {}
 
 func (x *RootsChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[33]
+	mi := &file_macp_v1_core_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2229,7 +2622,7 @@ func (x *RootsChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RootsChanged.ProtoReflect.Descriptor instead.
 func (*RootsChanged) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{33}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RootsChanged) GetObservedAtUnixMs() int64 {
@@ -2249,7 +2642,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_macp_v1_core_proto_msgTypes[34]
+	mi := &file_macp_v1_core_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2261,7 +2654,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[34]
+	mi := &file_macp_v1_core_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2274,7 +2667,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{34}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SendRequest) GetEnvelope() *Envelope {
@@ -2294,7 +2687,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_macp_v1_core_proto_msgTypes[35]
+	mi := &file_macp_v1_core_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2306,7 +2699,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[35]
+	mi := &file_macp_v1_core_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2319,7 +2712,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{35}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SendResponse) GetAck() *Ack {
@@ -2342,7 +2735,7 @@ type StreamSessionRequest struct {
 
 func (x *StreamSessionRequest) Reset() {
 	*x = StreamSessionRequest{}
-	mi := &file_macp_v1_core_proto_msgTypes[36]
+	mi := &file_macp_v1_core_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2354,7 +2747,7 @@ func (x *StreamSessionRequest) String() string {
 func (*StreamSessionRequest) ProtoMessage() {}
 
 func (x *StreamSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[36]
+	mi := &file_macp_v1_core_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2367,7 +2760,7 @@ func (x *StreamSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamSessionRequest.ProtoReflect.Descriptor instead.
 func (*StreamSessionRequest) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{36}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StreamSessionRequest) GetEnvelope() *Envelope {
@@ -2405,7 +2798,7 @@ type StreamSessionResponse struct {
 
 func (x *StreamSessionResponse) Reset() {
 	*x = StreamSessionResponse{}
-	mi := &file_macp_v1_core_proto_msgTypes[37]
+	mi := &file_macp_v1_core_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2417,7 +2810,7 @@ func (x *StreamSessionResponse) String() string {
 func (*StreamSessionResponse) ProtoMessage() {}
 
 func (x *StreamSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[37]
+	mi := &file_macp_v1_core_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2430,7 +2823,7 @@ func (x *StreamSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamSessionResponse.ProtoReflect.Descriptor instead.
 func (*StreamSessionResponse) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{37}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StreamSessionResponse) GetResponse() isStreamSessionResponse_Response {
@@ -2484,7 +2877,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_macp_v1_core_proto_msgTypes[38]
+	mi := &file_macp_v1_core_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2496,7 +2889,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[38]
+	mi := &file_macp_v1_core_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2509,7 +2902,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{38}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetSessionResponse) GetMetadata() *SessionMetadata {
@@ -2529,7 +2922,7 @@ type CancelSessionResponse struct {
 
 func (x *CancelSessionResponse) Reset() {
 	*x = CancelSessionResponse{}
-	mi := &file_macp_v1_core_proto_msgTypes[39]
+	mi := &file_macp_v1_core_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2541,7 +2934,7 @@ func (x *CancelSessionResponse) String() string {
 func (*CancelSessionResponse) ProtoMessage() {}
 
 func (x *CancelSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[39]
+	mi := &file_macp_v1_core_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2554,7 +2947,7 @@ func (x *CancelSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelSessionResponse.ProtoReflect.Descriptor instead.
 func (*CancelSessionResponse) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{39}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CancelSessionResponse) GetAck() *Ack {
@@ -2574,7 +2967,7 @@ type GetManifestResponse struct {
 
 func (x *GetManifestResponse) Reset() {
 	*x = GetManifestResponse{}
-	mi := &file_macp_v1_core_proto_msgTypes[40]
+	mi := &file_macp_v1_core_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2586,7 +2979,7 @@ func (x *GetManifestResponse) String() string {
 func (*GetManifestResponse) ProtoMessage() {}
 
 func (x *GetManifestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[40]
+	mi := &file_macp_v1_core_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2599,7 +2992,7 @@ func (x *GetManifestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetManifestResponse.ProtoReflect.Descriptor instead.
 func (*GetManifestResponse) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{40}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetManifestResponse) GetManifest() *AgentManifest {
@@ -2619,7 +3012,7 @@ type WatchModeRegistryResponse struct {
 
 func (x *WatchModeRegistryResponse) Reset() {
 	*x = WatchModeRegistryResponse{}
-	mi := &file_macp_v1_core_proto_msgTypes[41]
+	mi := &file_macp_v1_core_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2631,7 +3024,7 @@ func (x *WatchModeRegistryResponse) String() string {
 func (*WatchModeRegistryResponse) ProtoMessage() {}
 
 func (x *WatchModeRegistryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[41]
+	mi := &file_macp_v1_core_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2644,7 +3037,7 @@ func (x *WatchModeRegistryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchModeRegistryResponse.ProtoReflect.Descriptor instead.
 func (*WatchModeRegistryResponse) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{41}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WatchModeRegistryResponse) GetChange() *RegistryChanged {
@@ -2664,7 +3057,7 @@ type WatchRootsResponse struct {
 
 func (x *WatchRootsResponse) Reset() {
 	*x = WatchRootsResponse{}
-	mi := &file_macp_v1_core_proto_msgTypes[42]
+	mi := &file_macp_v1_core_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2676,7 +3069,7 @@ func (x *WatchRootsResponse) String() string {
 func (*WatchRootsResponse) ProtoMessage() {}
 
 func (x *WatchRootsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[42]
+	mi := &file_macp_v1_core_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2689,7 +3082,7 @@ func (x *WatchRootsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRootsResponse.ProtoReflect.Descriptor instead.
 func (*WatchRootsResponse) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{42}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WatchRootsResponse) GetChange() *RootsChanged {
@@ -2708,7 +3101,7 @@ type ListExtModesRequest struct {
 
 func (x *ListExtModesRequest) Reset() {
 	*x = ListExtModesRequest{}
-	mi := &file_macp_v1_core_proto_msgTypes[43]
+	mi := &file_macp_v1_core_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2720,7 +3113,7 @@ func (x *ListExtModesRequest) String() string {
 func (*ListExtModesRequest) ProtoMessage() {}
 
 func (x *ListExtModesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[43]
+	mi := &file_macp_v1_core_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +3126,7 @@ func (x *ListExtModesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExtModesRequest.ProtoReflect.Descriptor instead.
 func (*ListExtModesRequest) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{43}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{50}
 }
 
 // ListExtModesResponse carries the extension mode descriptors.
@@ -2746,7 +3139,7 @@ type ListExtModesResponse struct {
 
 func (x *ListExtModesResponse) Reset() {
 	*x = ListExtModesResponse{}
-	mi := &file_macp_v1_core_proto_msgTypes[44]
+	mi := &file_macp_v1_core_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2758,7 +3151,7 @@ func (x *ListExtModesResponse) String() string {
 func (*ListExtModesResponse) ProtoMessage() {}
 
 func (x *ListExtModesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[44]
+	mi := &file_macp_v1_core_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2771,7 +3164,7 @@ func (x *ListExtModesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExtModesResponse.ProtoReflect.Descriptor instead.
 func (*ListExtModesResponse) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{44}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListExtModesResponse) GetModes() []*ModeDescriptor {
@@ -2791,7 +3184,7 @@ type RegisterExtModeRequest struct {
 
 func (x *RegisterExtModeRequest) Reset() {
 	*x = RegisterExtModeRequest{}
-	mi := &file_macp_v1_core_proto_msgTypes[45]
+	mi := &file_macp_v1_core_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2803,7 +3196,7 @@ func (x *RegisterExtModeRequest) String() string {
 func (*RegisterExtModeRequest) ProtoMessage() {}
 
 func (x *RegisterExtModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[45]
+	mi := &file_macp_v1_core_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2816,7 +3209,7 @@ func (x *RegisterExtModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterExtModeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterExtModeRequest) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{45}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RegisterExtModeRequest) GetModeDescriptor() *ModeDescriptor {
@@ -2837,7 +3230,7 @@ type RegisterExtModeResponse struct {
 
 func (x *RegisterExtModeResponse) Reset() {
 	*x = RegisterExtModeResponse{}
-	mi := &file_macp_v1_core_proto_msgTypes[46]
+	mi := &file_macp_v1_core_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2849,7 +3242,7 @@ func (x *RegisterExtModeResponse) String() string {
 func (*RegisterExtModeResponse) ProtoMessage() {}
 
 func (x *RegisterExtModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[46]
+	mi := &file_macp_v1_core_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2862,7 +3255,7 @@ func (x *RegisterExtModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterExtModeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterExtModeResponse) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{46}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RegisterExtModeResponse) GetOk() bool {
@@ -2889,7 +3282,7 @@ type UnregisterExtModeRequest struct {
 
 func (x *UnregisterExtModeRequest) Reset() {
 	*x = UnregisterExtModeRequest{}
-	mi := &file_macp_v1_core_proto_msgTypes[47]
+	mi := &file_macp_v1_core_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2901,7 +3294,7 @@ func (x *UnregisterExtModeRequest) String() string {
 func (*UnregisterExtModeRequest) ProtoMessage() {}
 
 func (x *UnregisterExtModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[47]
+	mi := &file_macp_v1_core_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2914,7 +3307,7 @@ func (x *UnregisterExtModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterExtModeRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterExtModeRequest) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{47}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *UnregisterExtModeRequest) GetMode() string {
@@ -2935,7 +3328,7 @@ type UnregisterExtModeResponse struct {
 
 func (x *UnregisterExtModeResponse) Reset() {
 	*x = UnregisterExtModeResponse{}
-	mi := &file_macp_v1_core_proto_msgTypes[48]
+	mi := &file_macp_v1_core_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2947,7 +3340,7 @@ func (x *UnregisterExtModeResponse) String() string {
 func (*UnregisterExtModeResponse) ProtoMessage() {}
 
 func (x *UnregisterExtModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[48]
+	mi := &file_macp_v1_core_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2960,7 +3353,7 @@ func (x *UnregisterExtModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterExtModeResponse.ProtoReflect.Descriptor instead.
 func (*UnregisterExtModeResponse) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{48}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *UnregisterExtModeResponse) GetOk() bool {
@@ -2988,7 +3381,7 @@ type PromoteModeRequest struct {
 
 func (x *PromoteModeRequest) Reset() {
 	*x = PromoteModeRequest{}
-	mi := &file_macp_v1_core_proto_msgTypes[49]
+	mi := &file_macp_v1_core_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3000,7 +3393,7 @@ func (x *PromoteModeRequest) String() string {
 func (*PromoteModeRequest) ProtoMessage() {}
 
 func (x *PromoteModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[49]
+	mi := &file_macp_v1_core_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3013,7 +3406,7 @@ func (x *PromoteModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteModeRequest.ProtoReflect.Descriptor instead.
 func (*PromoteModeRequest) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{49}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PromoteModeRequest) GetMode() string {
@@ -3042,7 +3435,7 @@ type PromoteModeResponse struct {
 
 func (x *PromoteModeResponse) Reset() {
 	*x = PromoteModeResponse{}
-	mi := &file_macp_v1_core_proto_msgTypes[50]
+	mi := &file_macp_v1_core_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3054,7 +3447,7 @@ func (x *PromoteModeResponse) String() string {
 func (*PromoteModeResponse) ProtoMessage() {}
 
 func (x *PromoteModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[50]
+	mi := &file_macp_v1_core_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3067,7 +3460,7 @@ func (x *PromoteModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteModeResponse.ProtoReflect.Descriptor instead.
 func (*PromoteModeResponse) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{50}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PromoteModeResponse) GetOk() bool {
@@ -3100,7 +3493,7 @@ type WatchSignalsRequest struct {
 
 func (x *WatchSignalsRequest) Reset() {
 	*x = WatchSignalsRequest{}
-	mi := &file_macp_v1_core_proto_msgTypes[51]
+	mi := &file_macp_v1_core_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3112,7 +3505,7 @@ func (x *WatchSignalsRequest) String() string {
 func (*WatchSignalsRequest) ProtoMessage() {}
 
 func (x *WatchSignalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[51]
+	mi := &file_macp_v1_core_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3125,7 +3518,7 @@ func (x *WatchSignalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSignalsRequest.ProtoReflect.Descriptor instead.
 func (*WatchSignalsRequest) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{51}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{58}
 }
 
 // WatchSignalsResponse carries one accepted Signal envelope (RFC-MACP-0006 §3.4).
@@ -3138,7 +3531,7 @@ type WatchSignalsResponse struct {
 
 func (x *WatchSignalsResponse) Reset() {
 	*x = WatchSignalsResponse{}
-	mi := &file_macp_v1_core_proto_msgTypes[52]
+	mi := &file_macp_v1_core_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3150,7 +3543,7 @@ func (x *WatchSignalsResponse) String() string {
 func (*WatchSignalsResponse) ProtoMessage() {}
 
 func (x *WatchSignalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[52]
+	mi := &file_macp_v1_core_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3163,7 +3556,7 @@ func (x *WatchSignalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSignalsResponse.ProtoReflect.Descriptor instead.
 func (*WatchSignalsResponse) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{52}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *WatchSignalsResponse) GetEnvelope() *Envelope {
@@ -3176,13 +3569,15 @@ func (x *WatchSignalsResponse) GetEnvelope() *Envelope {
 // ListSessionsRequest lists known sessions (RFC-MACP-0006 §3.8).
 type ListSessionsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	PageSize      int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`   // 0: every session in one page; negative is INVALID_ARGUMENT (macp-proto 0.1.6)
+	PageToken     string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"` // next_page_token of the previous page; opaque
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_macp_v1_core_proto_msgTypes[53]
+	mi := &file_macp_v1_core_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3194,7 +3589,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[53]
+	mi := &file_macp_v1_core_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3207,20 +3602,35 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{53}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *ListSessionsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListSessionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
 }
 
 // ListSessionsResponse carries metadata for active and terminal sessions.
 type ListSessionsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Sessions      []*SessionMetadata     `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"` // empty on the last page
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_macp_v1_core_proto_msgTypes[54]
+	mi := &file_macp_v1_core_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3232,7 +3642,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[54]
+	mi := &file_macp_v1_core_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3245,7 +3655,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{54}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionMetadata {
@@ -3253,6 +3663,13 @@ func (x *ListSessionsResponse) GetSessions() []*SessionMetadata {
 		return x.Sessions
 	}
 	return nil
+}
+
+func (x *ListSessionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // WatchSessionsRequest subscribes to session lifecycle events (RFC-MACP-0006 §3.8).
@@ -3264,7 +3681,7 @@ type WatchSessionsRequest struct {
 
 func (x *WatchSessionsRequest) Reset() {
 	*x = WatchSessionsRequest{}
-	mi := &file_macp_v1_core_proto_msgTypes[55]
+	mi := &file_macp_v1_core_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3276,7 +3693,7 @@ func (x *WatchSessionsRequest) String() string {
 func (*WatchSessionsRequest) ProtoMessage() {}
 
 func (x *WatchSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[55]
+	mi := &file_macp_v1_core_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3289,7 +3706,7 @@ func (x *WatchSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSessionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{55}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{62}
 }
 
 // SessionLifecycleEvent reports a session being created, resolved or expired (RFC-MACP-0006 §3.8).
@@ -3304,7 +3721,7 @@ type SessionLifecycleEvent struct {
 
 func (x *SessionLifecycleEvent) Reset() {
 	*x = SessionLifecycleEvent{}
-	mi := &file_macp_v1_core_proto_msgTypes[56]
+	mi := &file_macp_v1_core_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3316,7 +3733,7 @@ func (x *SessionLifecycleEvent) String() string {
 func (*SessionLifecycleEvent) ProtoMessage() {}
 
 func (x *SessionLifecycleEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[56]
+	mi := &file_macp_v1_core_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3329,7 +3746,7 @@ func (x *SessionLifecycleEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionLifecycleEvent.ProtoReflect.Descriptor instead.
 func (*SessionLifecycleEvent) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{56}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *SessionLifecycleEvent) GetEventType() SessionLifecycleEvent_EventType {
@@ -3363,7 +3780,7 @@ type WatchSessionsResponse struct {
 
 func (x *WatchSessionsResponse) Reset() {
 	*x = WatchSessionsResponse{}
-	mi := &file_macp_v1_core_proto_msgTypes[57]
+	mi := &file_macp_v1_core_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3375,7 +3792,7 @@ func (x *WatchSessionsResponse) String() string {
 func (*WatchSessionsResponse) ProtoMessage() {}
 
 func (x *WatchSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_macp_v1_core_proto_msgTypes[57]
+	mi := &file_macp_v1_core_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3388,7 +3805,7 @@ func (x *WatchSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSessionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_macp_v1_core_proto_rawDescGZIP(), []int{57}
+	return file_macp_v1_core_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *WatchSessionsResponse) GetEvent() *SessionLifecycleEvent {
@@ -3477,7 +3894,7 @@ const file_macp_v1_core_proto_rawDesc = "" +
 	"\bprogress\x18\x02 \x01(\x01R\bprogress\x12\x14\n" +
 	"\x05total\x18\x03 \x01(\x01R\x05total\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12*\n" +
-	"\x11target_message_id\x18\x05 \x01(\tR\x0ftargetMessageId\"\xb8\x03\n" +
+	"\x11target_message_id\x18\x05 \x01(\tR\x0ftargetMessageId\"\xde\x03\n" +
 	"\x13SessionStartPayload\x12\x16\n" +
 	"\x06intent\x18\x01 \x01(\tR\x06intent\x12\"\n" +
 	"\fparticipants\x18\x02 \x03(\tR\fparticipants\x12!\n" +
@@ -3490,13 +3907,27 @@ const file_macp_v1_core_proto_rawDesc = "" +
 	"context_id\x18\b \x01(\tR\tcontextId\x12L\n" +
 	"\n" +
 	"extensions\x18\t \x03(\v2,.macp.v1.SessionStartPayload.ExtensionsEntryR\n" +
-	"extensions\x1a=\n" +
+	"extensions\x12$\n" +
+	"\x0emax_suspend_ms\x18\n" +
+	" \x01(\x03R\fmaxSuspendMs\x1a=\n" +
 	"\x0fExtensionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"Q\n" +
 	"\x14SessionCancelPayload\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12!\n" +
-	"\fcancelled_by\x18\x02 \x01(\tR\vcancelledBy\"\xbb\x02\n" +
+	"\fcancelled_by\x18\x02 \x01(\tR\vcancelledBy\"R\n" +
+	"\x15SessionSuspendPayload\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12!\n" +
+	"\fsuspended_by\x18\x02 \x01(\tR\vsuspendedBy\"j\n" +
+	"\x14SessionResumePayload\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"resumed_by\x18\x02 \x01(\tR\tresumedBy\x12\x1b\n" +
+	"\tbanked_ms\x18\x03 \x01(\x03R\bbankedMs\"W\n" +
+	"\rCommitmentRef\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12'\n" +
+	"\x0fcommitment_hash\x18\x02 \x01(\tR\x0ecommitmentHash\"\xf3\x02\n" +
 	"\x11CommitmentPayload\x12#\n" +
 	"\rcommitment_id\x18\x01 \x01(\tR\fcommitmentId\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12'\n" +
@@ -3505,7 +3936,10 @@ const file_macp_v1_core_proto_rawDesc = "" +
 	"\fmode_version\x18\x05 \x01(\tR\vmodeVersion\x12%\n" +
 	"\x0epolicy_version\x18\x06 \x01(\tR\rpolicyVersion\x123\n" +
 	"\x15configuration_version\x18\a \x01(\tR\x14configurationVersion\x12)\n" +
-	"\x10outcome_positive\x18\b \x01(\bR\x0foutcomePositive\"\x97\x01\n" +
+	"\x10outcome_positive\x18\b \x01(\bR\x0foutcomePositive\x126\n" +
+	"\n" +
+	"supersedes\x18\t \x01(\v2\x16.macp.v1.CommitmentRefR\n" +
+	"supersedes\"\x97\x01\n" +
 	"\x13ParticipantActivity\x12%\n" +
 	"\x0eparticipant_id\x18\x01 \x01(\tR\rparticipantId\x124\n" +
 	"\x17last_message_at_unix_ms\x18\x02 \x01(\x03R\x13lastMessageAtUnixMs\x12#\n" +
@@ -3533,7 +3967,19 @@ const file_macp_v1_core_proto_rawDesc = "" +
 	"\x14CancelSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"/\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"N\n" +
+	"\x15SuspendSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"8\n" +
+	"\x16SuspendSessionResponse\x12\x1e\n" +
+	"\x03ack\x18\x01 \x01(\v2\f.macp.v1.AckR\x03ack\"M\n" +
+	"\x14ResumeSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"7\n" +
+	"\x15ResumeSessionResponse\x12\x1e\n" +
+	"\x03ack\x18\x01 \x01(\v2\f.macp.v1.AckR\x03ack\"/\n" +
 	"\x12GetManifestRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\"\xeb\x01\n" +
 	"\x11TransportEndpoint\x12\x1c\n" +
@@ -3628,23 +4074,30 @@ const file_macp_v1_core_proto_rawDesc = "" +
 	"\x04mode\x18\x03 \x01(\tR\x04mode\"\x15\n" +
 	"\x13WatchSignalsRequest\"E\n" +
 	"\x14WatchSignalsResponse\x12-\n" +
-	"\benvelope\x18\x01 \x01(\v2\x11.macp.v1.EnvelopeR\benvelope\"\x15\n" +
-	"\x13ListSessionsRequest\"L\n" +
+	"\benvelope\x18\x01 \x01(\v2\x11.macp.v1.EnvelopeR\benvelope\"Q\n" +
+	"\x13ListSessionsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"t\n" +
 	"\x14ListSessionsResponse\x124\n" +
-	"\bsessions\x18\x01 \x03(\v2\x18.macp.v1.SessionMetadataR\bsessions\"\x16\n" +
-	"\x14WatchSessionsRequest\"\xb5\x02\n" +
+	"\bsessions\x18\x01 \x03(\v2\x18.macp.v1.SessionMetadataR\bsessions\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x16\n" +
+	"\x14WatchSessionsRequest\"\x82\x03\n" +
 	"\x15SessionLifecycleEvent\x12G\n" +
 	"\n" +
 	"event_type\x18\x01 \x01(\x0e2(.macp.v1.SessionLifecycleEvent.EventTypeR\teventType\x122\n" +
 	"\asession\x18\x02 \x01(\v2\x18.macp.v1.SessionMetadataR\asession\x12-\n" +
-	"\x13observed_at_unix_ms\x18\x03 \x01(\x03R\x10observedAtUnixMs\"p\n" +
+	"\x13observed_at_unix_ms\x18\x03 \x01(\x03R\x10observedAtUnixMs\"\xbc\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_TYPE_CREATED\x10\x01\x12\x17\n" +
 	"\x13EVENT_TYPE_RESOLVED\x10\x02\x12\x16\n" +
-	"\x12EVENT_TYPE_EXPIRED\x10\x03\"M\n" +
+	"\x12EVENT_TYPE_EXPIRED\x10\x03\x12\x18\n" +
+	"\x14EVENT_TYPE_SUSPENDED\x10\x04\x12\x16\n" +
+	"\x12EVENT_TYPE_RESUMED\x10\x05\x12\x18\n" +
+	"\x14EVENT_TYPE_CANCELLED\x10\x06\"M\n" +
 	"\x15WatchSessionsResponse\x124\n" +
-	"\x05event\x18\x01 \x01(\v2\x1e.macp.v1.SessionLifecycleEventR\x05event2\xba\r\n" +
+	"\x05event\x18\x01 \x01(\v2\x1e.macp.v1.SessionLifecycleEventR\x05event2\xdd\x0e\n" +
 	"\x12MACPRuntimeService\x12E\n" +
 	"\n" +
 	"Initialize\x12\x1a.macp.v1.InitializeRequest\x1a\x1b.macp.v1.InitializeResponse\x123\n" +
@@ -3652,7 +4105,9 @@ const file_macp_v1_core_proto_rawDesc = "" +
 	"\rStreamSession\x12\x1d.macp.v1.StreamSessionRequest\x1a\x1e.macp.v1.StreamSessionResponse(\x010\x01\x12E\n" +
 	"\n" +
 	"GetSession\x12\x1a.macp.v1.GetSessionRequest\x1a\x1b.macp.v1.GetSessionResponse\x12N\n" +
-	"\rCancelSession\x12\x1d.macp.v1.CancelSessionRequest\x1a\x1e.macp.v1.CancelSessionResponse\x12H\n" +
+	"\rCancelSession\x12\x1d.macp.v1.CancelSessionRequest\x1a\x1e.macp.v1.CancelSessionResponse\x12Q\n" +
+	"\x0eSuspendSession\x12\x1e.macp.v1.SuspendSessionRequest\x1a\x1f.macp.v1.SuspendSessionResponse\x12N\n" +
+	"\rResumeSession\x12\x1d.macp.v1.ResumeSessionRequest\x1a\x1e.macp.v1.ResumeSessionResponse\x12H\n" +
 	"\vGetManifest\x12\x1b.macp.v1.GetManifestRequest\x1a\x1c.macp.v1.GetManifestResponse\x12B\n" +
 	"\tListModes\x12\x19.macp.v1.ListModesRequest\x1a\x1a.macp.v1.ListModesResponse\x12\\\n" +
 	"\x11WatchModeRegistry\x12!.macp.v1.WatchModeRegistryRequest\x1a\".macp.v1.WatchModeRegistryResponse0\x01\x12B\n" +
@@ -3685,7 +4140,7 @@ func file_macp_v1_core_proto_rawDescGZIP() []byte {
 }
 
 var file_macp_v1_core_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_macp_v1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_macp_v1_core_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_macp_v1_core_proto_goTypes = []any{
 	(SessionLifecycleEvent_EventType)(0), // 0: macp.v1.SessionLifecycleEvent.EventType
 	(*Root)(nil),                         // 1: macp.v1.Root
@@ -3705,158 +4160,172 @@ var file_macp_v1_core_proto_goTypes = []any{
 	(*ProgressPayload)(nil),              // 15: macp.v1.ProgressPayload
 	(*SessionStartPayload)(nil),          // 16: macp.v1.SessionStartPayload
 	(*SessionCancelPayload)(nil),         // 17: macp.v1.SessionCancelPayload
-	(*CommitmentPayload)(nil),            // 18: macp.v1.CommitmentPayload
-	(*ParticipantActivity)(nil),          // 19: macp.v1.ParticipantActivity
-	(*SessionMetadata)(nil),              // 20: macp.v1.SessionMetadata
-	(*GetSessionRequest)(nil),            // 21: macp.v1.GetSessionRequest
-	(*CancelSessionRequest)(nil),         // 22: macp.v1.CancelSessionRequest
-	(*GetManifestRequest)(nil),           // 23: macp.v1.GetManifestRequest
-	(*TransportEndpoint)(nil),            // 24: macp.v1.TransportEndpoint
-	(*AgentManifest)(nil),                // 25: macp.v1.AgentManifest
-	(*ModeDescriptor)(nil),               // 26: macp.v1.ModeDescriptor
-	(*ListModesRequest)(nil),             // 27: macp.v1.ListModesRequest
-	(*ListModesResponse)(nil),            // 28: macp.v1.ListModesResponse
-	(*ListRootsRequest)(nil),             // 29: macp.v1.ListRootsRequest
-	(*ListRootsResponse)(nil),            // 30: macp.v1.ListRootsResponse
-	(*WatchModeRegistryRequest)(nil),     // 31: macp.v1.WatchModeRegistryRequest
-	(*WatchRootsRequest)(nil),            // 32: macp.v1.WatchRootsRequest
-	(*RegistryChanged)(nil),              // 33: macp.v1.RegistryChanged
-	(*RootsChanged)(nil),                 // 34: macp.v1.RootsChanged
-	(*SendRequest)(nil),                  // 35: macp.v1.SendRequest
-	(*SendResponse)(nil),                 // 36: macp.v1.SendResponse
-	(*StreamSessionRequest)(nil),         // 37: macp.v1.StreamSessionRequest
-	(*StreamSessionResponse)(nil),        // 38: macp.v1.StreamSessionResponse
-	(*GetSessionResponse)(nil),           // 39: macp.v1.GetSessionResponse
-	(*CancelSessionResponse)(nil),        // 40: macp.v1.CancelSessionResponse
-	(*GetManifestResponse)(nil),          // 41: macp.v1.GetManifestResponse
-	(*WatchModeRegistryResponse)(nil),    // 42: macp.v1.WatchModeRegistryResponse
-	(*WatchRootsResponse)(nil),           // 43: macp.v1.WatchRootsResponse
-	(*ListExtModesRequest)(nil),          // 44: macp.v1.ListExtModesRequest
-	(*ListExtModesResponse)(nil),         // 45: macp.v1.ListExtModesResponse
-	(*RegisterExtModeRequest)(nil),       // 46: macp.v1.RegisterExtModeRequest
-	(*RegisterExtModeResponse)(nil),      // 47: macp.v1.RegisterExtModeResponse
-	(*UnregisterExtModeRequest)(nil),     // 48: macp.v1.UnregisterExtModeRequest
-	(*UnregisterExtModeResponse)(nil),    // 49: macp.v1.UnregisterExtModeResponse
-	(*PromoteModeRequest)(nil),           // 50: macp.v1.PromoteModeRequest
-	(*PromoteModeResponse)(nil),          // 51: macp.v1.PromoteModeResponse
-	(*WatchSignalsRequest)(nil),          // 52: macp.v1.WatchSignalsRequest
-	(*WatchSignalsResponse)(nil),         // 53: macp.v1.WatchSignalsResponse
-	(*ListSessionsRequest)(nil),          // 54: macp.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),         // 55: macp.v1.ListSessionsResponse
-	(*WatchSessionsRequest)(nil),         // 56: macp.v1.WatchSessionsRequest
-	(*SessionLifecycleEvent)(nil),        // 57: macp.v1.SessionLifecycleEvent
-	(*WatchSessionsResponse)(nil),        // 58: macp.v1.WatchSessionsResponse
-	nil,                                  // 59: macp.v1.ExperimentalCapabilities.FeaturesEntry
-	nil,                                  // 60: macp.v1.SessionStartPayload.ExtensionsEntry
-	nil,                                  // 61: macp.v1.TransportEndpoint.MetadataEntry
-	nil,                                  // 62: macp.v1.AgentManifest.MetadataEntry
-	nil,                                  // 63: macp.v1.ModeDescriptor.SchemaUrisEntry
-	(*PolicyRegistryCapability)(nil),     // 64: macp.v1.PolicyRegistryCapability
-	(SessionState)(0),                    // 65: macp.v1.SessionState
-	(*Envelope)(nil),                     // 66: macp.v1.Envelope
-	(*Ack)(nil),                          // 67: macp.v1.Ack
-	(*MACPError)(nil),                    // 68: macp.v1.MACPError
-	(*RegisterPolicyRequest)(nil),        // 69: macp.v1.RegisterPolicyRequest
-	(*UnregisterPolicyRequest)(nil),      // 70: macp.v1.UnregisterPolicyRequest
-	(*GetPolicyRequest)(nil),             // 71: macp.v1.GetPolicyRequest
-	(*ListPoliciesRequest)(nil),          // 72: macp.v1.ListPoliciesRequest
-	(*WatchPoliciesRequest)(nil),         // 73: macp.v1.WatchPoliciesRequest
-	(*RegisterPolicyResponse)(nil),       // 74: macp.v1.RegisterPolicyResponse
-	(*UnregisterPolicyResponse)(nil),     // 75: macp.v1.UnregisterPolicyResponse
-	(*GetPolicyResponse)(nil),            // 76: macp.v1.GetPolicyResponse
-	(*ListPoliciesResponse)(nil),         // 77: macp.v1.ListPoliciesResponse
-	(*WatchPoliciesResponse)(nil),        // 78: macp.v1.WatchPoliciesResponse
+	(*SessionSuspendPayload)(nil),        // 18: macp.v1.SessionSuspendPayload
+	(*SessionResumePayload)(nil),         // 19: macp.v1.SessionResumePayload
+	(*CommitmentRef)(nil),                // 20: macp.v1.CommitmentRef
+	(*CommitmentPayload)(nil),            // 21: macp.v1.CommitmentPayload
+	(*ParticipantActivity)(nil),          // 22: macp.v1.ParticipantActivity
+	(*SessionMetadata)(nil),              // 23: macp.v1.SessionMetadata
+	(*GetSessionRequest)(nil),            // 24: macp.v1.GetSessionRequest
+	(*CancelSessionRequest)(nil),         // 25: macp.v1.CancelSessionRequest
+	(*SuspendSessionRequest)(nil),        // 26: macp.v1.SuspendSessionRequest
+	(*SuspendSessionResponse)(nil),       // 27: macp.v1.SuspendSessionResponse
+	(*ResumeSessionRequest)(nil),         // 28: macp.v1.ResumeSessionRequest
+	(*ResumeSessionResponse)(nil),        // 29: macp.v1.ResumeSessionResponse
+	(*GetManifestRequest)(nil),           // 30: macp.v1.GetManifestRequest
+	(*TransportEndpoint)(nil),            // 31: macp.v1.TransportEndpoint
+	(*AgentManifest)(nil),                // 32: macp.v1.AgentManifest
+	(*ModeDescriptor)(nil),               // 33: macp.v1.ModeDescriptor
+	(*ListModesRequest)(nil),             // 34: macp.v1.ListModesRequest
+	(*ListModesResponse)(nil),            // 35: macp.v1.ListModesResponse
+	(*ListRootsRequest)(nil),             // 36: macp.v1.ListRootsRequest
+	(*ListRootsResponse)(nil),            // 37: macp.v1.ListRootsResponse
+	(*WatchModeRegistryRequest)(nil),     // 38: macp.v1.WatchModeRegistryRequest
+	(*WatchRootsRequest)(nil),            // 39: macp.v1.WatchRootsRequest
+	(*RegistryChanged)(nil),              // 40: macp.v1.RegistryChanged
+	(*RootsChanged)(nil),                 // 41: macp.v1.RootsChanged
+	(*SendRequest)(nil),                  // 42: macp.v1.SendRequest
+	(*SendResponse)(nil),                 // 43: macp.v1.SendResponse
+	(*StreamSessionRequest)(nil),         // 44: macp.v1.StreamSessionRequest
+	(*StreamSessionResponse)(nil),        // 45: macp.v1.StreamSessionResponse
+	(*GetSessionResponse)(nil),           // 46: macp.v1.GetSessionResponse
+	(*CancelSessionResponse)(nil),        // 47: macp.v1.CancelSessionResponse
+	(*GetManifestResponse)(nil),          // 48: macp.v1.GetManifestResponse
+	(*WatchModeRegistryResponse)(nil),    // 49: macp.v1.WatchModeRegistryResponse
+	(*WatchRootsResponse)(nil),           // 50: macp.v1.WatchRootsResponse
+	(*ListExtModesRequest)(nil),          // 51: macp.v1.ListExtModesRequest
+	(*ListExtModesResponse)(nil),         // 52: macp.v1.ListExtModesResponse
+	(*RegisterExtModeRequest)(nil),       // 53: macp.v1.RegisterExtModeRequest
+	(*RegisterExtModeResponse)(nil),      // 54: macp.v1.RegisterExtModeResponse
+	(*UnregisterExtModeRequest)(nil),     // 55: macp.v1.UnregisterExtModeRequest
+	(*UnregisterExtModeResponse)(nil),    // 56: macp.v1.UnregisterExtModeResponse
+	(*PromoteModeRequest)(nil),           // 57: macp.v1.PromoteModeRequest
+	(*PromoteModeResponse)(nil),          // 58: macp.v1.PromoteModeResponse
+	(*WatchSignalsRequest)(nil),          // 59: macp.v1.WatchSignalsRequest
+	(*WatchSignalsResponse)(nil),         // 60: macp.v1.WatchSignalsResponse
+	(*ListSessionsRequest)(nil),          // 61: macp.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),         // 62: macp.v1.ListSessionsResponse
+	(*WatchSessionsRequest)(nil),         // 63: macp.v1.WatchSessionsRequest
+	(*SessionLifecycleEvent)(nil),        // 64: macp.v1.SessionLifecycleEvent
+	(*WatchSessionsResponse)(nil),        // 65: macp.v1.WatchSessionsResponse
+	nil,                                  // 66: macp.v1.ExperimentalCapabilities.FeaturesEntry
+	nil,                                  // 67: macp.v1.SessionStartPayload.ExtensionsEntry
+	nil,                                  // 68: macp.v1.TransportEndpoint.MetadataEntry
+	nil,                                  // 69: macp.v1.AgentManifest.MetadataEntry
+	nil,                                  // 70: macp.v1.ModeDescriptor.SchemaUrisEntry
+	(*PolicyRegistryCapability)(nil),     // 71: macp.v1.PolicyRegistryCapability
+	(SessionState)(0),                    // 72: macp.v1.SessionState
+	(*Ack)(nil),                          // 73: macp.v1.Ack
+	(*Envelope)(nil),                     // 74: macp.v1.Envelope
+	(*MACPError)(nil),                    // 75: macp.v1.MACPError
+	(*RegisterPolicyRequest)(nil),        // 76: macp.v1.RegisterPolicyRequest
+	(*UnregisterPolicyRequest)(nil),      // 77: macp.v1.UnregisterPolicyRequest
+	(*GetPolicyRequest)(nil),             // 78: macp.v1.GetPolicyRequest
+	(*ListPoliciesRequest)(nil),          // 79: macp.v1.ListPoliciesRequest
+	(*WatchPoliciesRequest)(nil),         // 80: macp.v1.WatchPoliciesRequest
+	(*RegisterPolicyResponse)(nil),       // 81: macp.v1.RegisterPolicyResponse
+	(*UnregisterPolicyResponse)(nil),     // 82: macp.v1.UnregisterPolicyResponse
+	(*GetPolicyResponse)(nil),            // 83: macp.v1.GetPolicyResponse
+	(*ListPoliciesResponse)(nil),         // 84: macp.v1.ListPoliciesResponse
+	(*WatchPoliciesResponse)(nil),        // 85: macp.v1.WatchPoliciesResponse
 }
 var file_macp_v1_core_proto_depIdxs = []int32{
-	59, // 0: macp.v1.ExperimentalCapabilities.features:type_name -> macp.v1.ExperimentalCapabilities.FeaturesEntry
+	66, // 0: macp.v1.ExperimentalCapabilities.features:type_name -> macp.v1.ExperimentalCapabilities.FeaturesEntry
 	4,  // 1: macp.v1.Capabilities.sessions:type_name -> macp.v1.SessionsCapability
 	5,  // 2: macp.v1.Capabilities.cancellation:type_name -> macp.v1.CancellationCapability
 	6,  // 3: macp.v1.Capabilities.progress:type_name -> macp.v1.ProgressCapability
 	7,  // 4: macp.v1.Capabilities.manifest:type_name -> macp.v1.ManifestCapability
 	8,  // 5: macp.v1.Capabilities.mode_registry:type_name -> macp.v1.ModeRegistryCapability
 	9,  // 6: macp.v1.Capabilities.roots:type_name -> macp.v1.RootsCapability
-	64, // 7: macp.v1.Capabilities.policy_registry:type_name -> macp.v1.PolicyRegistryCapability
+	71, // 7: macp.v1.Capabilities.policy_registry:type_name -> macp.v1.PolicyRegistryCapability
 	10, // 8: macp.v1.Capabilities.experimental:type_name -> macp.v1.ExperimentalCapabilities
 	2,  // 9: macp.v1.InitializeRequest.client_info:type_name -> macp.v1.ClientInfo
 	11, // 10: macp.v1.InitializeRequest.capabilities:type_name -> macp.v1.Capabilities
 	3,  // 11: macp.v1.InitializeResponse.runtime_info:type_name -> macp.v1.RuntimeInfo
 	11, // 12: macp.v1.InitializeResponse.capabilities:type_name -> macp.v1.Capabilities
 	1,  // 13: macp.v1.SessionStartPayload.roots:type_name -> macp.v1.Root
-	60, // 14: macp.v1.SessionStartPayload.extensions:type_name -> macp.v1.SessionStartPayload.ExtensionsEntry
-	65, // 15: macp.v1.SessionMetadata.state:type_name -> macp.v1.SessionState
-	19, // 16: macp.v1.SessionMetadata.participant_activity:type_name -> macp.v1.ParticipantActivity
-	61, // 17: macp.v1.TransportEndpoint.metadata:type_name -> macp.v1.TransportEndpoint.MetadataEntry
-	62, // 18: macp.v1.AgentManifest.metadata:type_name -> macp.v1.AgentManifest.MetadataEntry
-	24, // 19: macp.v1.AgentManifest.transport_endpoints:type_name -> macp.v1.TransportEndpoint
-	63, // 20: macp.v1.ModeDescriptor.schema_uris:type_name -> macp.v1.ModeDescriptor.SchemaUrisEntry
-	26, // 21: macp.v1.ListModesResponse.modes:type_name -> macp.v1.ModeDescriptor
-	1,  // 22: macp.v1.ListRootsResponse.roots:type_name -> macp.v1.Root
-	66, // 23: macp.v1.SendRequest.envelope:type_name -> macp.v1.Envelope
-	67, // 24: macp.v1.SendResponse.ack:type_name -> macp.v1.Ack
-	66, // 25: macp.v1.StreamSessionRequest.envelope:type_name -> macp.v1.Envelope
-	66, // 26: macp.v1.StreamSessionResponse.envelope:type_name -> macp.v1.Envelope
-	68, // 27: macp.v1.StreamSessionResponse.error:type_name -> macp.v1.MACPError
-	20, // 28: macp.v1.GetSessionResponse.metadata:type_name -> macp.v1.SessionMetadata
-	67, // 29: macp.v1.CancelSessionResponse.ack:type_name -> macp.v1.Ack
-	25, // 30: macp.v1.GetManifestResponse.manifest:type_name -> macp.v1.AgentManifest
-	33, // 31: macp.v1.WatchModeRegistryResponse.change:type_name -> macp.v1.RegistryChanged
-	34, // 32: macp.v1.WatchRootsResponse.change:type_name -> macp.v1.RootsChanged
-	26, // 33: macp.v1.ListExtModesResponse.modes:type_name -> macp.v1.ModeDescriptor
-	26, // 34: macp.v1.RegisterExtModeRequest.mode_descriptor:type_name -> macp.v1.ModeDescriptor
-	66, // 35: macp.v1.WatchSignalsResponse.envelope:type_name -> macp.v1.Envelope
-	20, // 36: macp.v1.ListSessionsResponse.sessions:type_name -> macp.v1.SessionMetadata
-	0,  // 37: macp.v1.SessionLifecycleEvent.event_type:type_name -> macp.v1.SessionLifecycleEvent.EventType
-	20, // 38: macp.v1.SessionLifecycleEvent.session:type_name -> macp.v1.SessionMetadata
-	57, // 39: macp.v1.WatchSessionsResponse.event:type_name -> macp.v1.SessionLifecycleEvent
-	12, // 40: macp.v1.MACPRuntimeService.Initialize:input_type -> macp.v1.InitializeRequest
-	35, // 41: macp.v1.MACPRuntimeService.Send:input_type -> macp.v1.SendRequest
-	37, // 42: macp.v1.MACPRuntimeService.StreamSession:input_type -> macp.v1.StreamSessionRequest
-	21, // 43: macp.v1.MACPRuntimeService.GetSession:input_type -> macp.v1.GetSessionRequest
-	22, // 44: macp.v1.MACPRuntimeService.CancelSession:input_type -> macp.v1.CancelSessionRequest
-	23, // 45: macp.v1.MACPRuntimeService.GetManifest:input_type -> macp.v1.GetManifestRequest
-	27, // 46: macp.v1.MACPRuntimeService.ListModes:input_type -> macp.v1.ListModesRequest
-	31, // 47: macp.v1.MACPRuntimeService.WatchModeRegistry:input_type -> macp.v1.WatchModeRegistryRequest
-	29, // 48: macp.v1.MACPRuntimeService.ListRoots:input_type -> macp.v1.ListRootsRequest
-	32, // 49: macp.v1.MACPRuntimeService.WatchRoots:input_type -> macp.v1.WatchRootsRequest
-	44, // 50: macp.v1.MACPRuntimeService.ListExtModes:input_type -> macp.v1.ListExtModesRequest
-	46, // 51: macp.v1.MACPRuntimeService.RegisterExtMode:input_type -> macp.v1.RegisterExtModeRequest
-	48, // 52: macp.v1.MACPRuntimeService.UnregisterExtMode:input_type -> macp.v1.UnregisterExtModeRequest
-	50, // 53: macp.v1.MACPRuntimeService.PromoteMode:input_type -> macp.v1.PromoteModeRequest
-	52, // 54: macp.v1.MACPRuntimeService.WatchSignals:input_type -> macp.v1.WatchSignalsRequest
-	54, // 55: macp.v1.MACPRuntimeService.ListSessions:input_type -> macp.v1.ListSessionsRequest
-	56, // 56: macp.v1.MACPRuntimeService.WatchSessions:input_type -> macp.v1.WatchSessionsRequest
-	69, // 57: macp.v1.MACPRuntimeService.RegisterPolicy:input_type -> macp.v1.RegisterPolicyRequest
-	70, // 58: macp.v1.MACPRuntimeService.UnregisterPolicy:input_type -> macp.v1.UnregisterPolicyRequest
-	71, // 59: macp.v1.MACPRuntimeService.GetPolicy:input_type -> macp.v1.GetPolicyRequest
-	72, // 60: macp.v1.MACPRuntimeService.ListPolicies:input_type -> macp.v1.ListPoliciesRequest
-	73, // 61: macp.v1.MACPRuntimeService.WatchPolicies:input_type -> macp.v1.WatchPoliciesRequest
-	13, // 62: macp.v1.MACPRuntimeService.Initialize:output_type -> macp.v1.InitializeResponse
-	36, // 63: macp.v1.MACPRuntimeService.Send:output_type -> macp.v1.SendResponse
-	38, // 64: macp.v1.MACPRuntimeService.StreamSession:output_type -> macp.v1.StreamSessionResponse
-	39, // 65: macp.v1.MACPRuntimeService.GetSession:output_type -> macp.v1.GetSessionResponse
-	40, // 66: macp.v1.MACPRuntimeService.CancelSession:output_type -> macp.v1.CancelSessionResponse
-	41, // 67: macp.v1.MACPRuntimeService.GetManifest:output_type -> macp.v1.GetManifestResponse
-	28, // 68: macp.v1.MACPRuntimeService.ListModes:output_type -> macp.v1.ListModesResponse
-	42, // 69: macp.v1.MACPRuntimeService.WatchModeRegistry:output_type -> macp.v1.WatchModeRegistryResponse
-	30, // 70: macp.v1.MACPRuntimeService.ListRoots:output_type -> macp.v1.ListRootsResponse
-	43, // 71: macp.v1.MACPRuntimeService.WatchRoots:output_type -> macp.v1.WatchRootsResponse
-	45, // 72: macp.v1.MACPRuntimeService.ListExtModes:output_type -> macp.v1.ListExtModesResponse
-	47, // 73: macp.v1.MACPRuntimeService.RegisterExtMode:output_type -> macp.v1.RegisterExtModeResponse
-	49, // 74: macp.v1.MACPRuntimeService.UnregisterExtMode:output_type -> macp.v1.UnregisterExtModeResponse
-	51, // 75: macp.v1.MACPRuntimeService.PromoteMode:output_type -> macp.v1.PromoteModeResponse
-	53, // 76: macp.v1.MACPRuntimeService.WatchSignals:output_type -> macp.v1.WatchSignalsResponse
-	55, // 77: macp.v1.MACPRuntimeService.ListSessions:output_type -> macp.v1.ListSessionsResponse
-	58, // 78: macp.v1.MACPRuntimeService.WatchSessions:output_type -> macp.v1.WatchSessionsResponse
-	74, // 79: macp.v1.MACPRuntimeService.RegisterPolicy:output_type -> macp.v1.RegisterPolicyResponse
-	75, // 80: macp.v1.MACPRuntimeService.UnregisterPolicy:output_type -> macp.v1.UnregisterPolicyResponse
-	76, // 81: macp.v1.MACPRuntimeService.GetPolicy:output_type -> macp.v1.GetPolicyResponse
-	77, // 82: macp.v1.MACPRuntimeService.ListPolicies:output_type -> macp.v1.ListPoliciesResponse
-	78, // 83: macp.v1.MACPRuntimeService.WatchPolicies:output_type -> macp.v1.WatchPoliciesResponse
-	62, // [62:84] is the sub-list for method output_type
-	40, // [40:62] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	67, // 14: macp.v1.SessionStartPayload.extensions:type_name -> macp.v1.SessionStartPayload.ExtensionsEntry
+	20, // 15: macp.v1.CommitmentPayload.supersedes:type_name -> macp.v1.CommitmentRef
+	72, // 16: macp.v1.SessionMetadata.state:type_name -> macp.v1.SessionState
+	22, // 17: macp.v1.SessionMetadata.participant_activity:type_name -> macp.v1.ParticipantActivity
+	73, // 18: macp.v1.SuspendSessionResponse.ack:type_name -> macp.v1.Ack
+	73, // 19: macp.v1.ResumeSessionResponse.ack:type_name -> macp.v1.Ack
+	68, // 20: macp.v1.TransportEndpoint.metadata:type_name -> macp.v1.TransportEndpoint.MetadataEntry
+	69, // 21: macp.v1.AgentManifest.metadata:type_name -> macp.v1.AgentManifest.MetadataEntry
+	31, // 22: macp.v1.AgentManifest.transport_endpoints:type_name -> macp.v1.TransportEndpoint
+	70, // 23: macp.v1.ModeDescriptor.schema_uris:type_name -> macp.v1.ModeDescriptor.SchemaUrisEntry
+	33, // 24: macp.v1.ListModesResponse.modes:type_name -> macp.v1.ModeDescriptor
+	1,  // 25: macp.v1.ListRootsResponse.roots:type_name -> macp.v1.Root
+	74, // 26: macp.v1.SendRequest.envelope:type_name -> macp.v1.Envelope
+	73, // 27: macp.v1.SendResponse.ack:type_name -> macp.v1.Ack
+	74, // 28: macp.v1.StreamSessionRequest.envelope:type_name -> macp.v1.Envelope
+	74, // 29: macp.v1.StreamSessionResponse.envelope:type_name -> macp.v1.Envelope
+	75, // 30: macp.v1.StreamSessionResponse.error:type_name -> macp.v1.MACPError
+	23, // 31: macp.v1.GetSessionResponse.metadata:type_name -> macp.v1.SessionMetadata
+	73, // 32: macp.v1.CancelSessionResponse.ack:type_name -> macp.v1.Ack
+	32, // 33: macp.v1.GetManifestResponse.manifest:type_name -> macp.v1.AgentManifest
+	40, // 34: macp.v1.WatchModeRegistryResponse.change:type_name -> macp.v1.RegistryChanged
+	41, // 35: macp.v1.WatchRootsResponse.change:type_name -> macp.v1.RootsChanged
+	33, // 36: macp.v1.ListExtModesResponse.modes:type_name -> macp.v1.ModeDescriptor
+	33, // 37: macp.v1.RegisterExtModeRequest.mode_descriptor:type_name -> macp.v1.ModeDescriptor
+	74, // 38: macp.v1.WatchSignalsResponse.envelope:type_name -> macp.v1.Envelope
+	23, // 39: macp.v1.ListSessionsResponse.sessions:type_name -> macp.v1.SessionMetadata
+	0,  // 40: macp.v1.SessionLifecycleEvent.event_type:type_name -> macp.v1.SessionLifecycleEvent.EventType
+	23, // 41: macp.v1.SessionLifecycleEvent.session:type_name -> macp.v1.SessionMetadata
+	64, // 42: macp.v1.WatchSessionsResponse.event:type_name -> macp.v1.SessionLifecycleEvent
+	12, // 43: macp.v1.MACPRuntimeService.Initialize:input_type -> macp.v1.InitializeRequest
+	42, // 44: macp.v1.MACPRuntimeService.Send:input_type -> macp.v1.SendRequest
+	44, // 45: macp.v1.MACPRuntimeService.StreamSession:input_type -> macp.v1.StreamSessionRequest
+	24, // 46: macp.v1.MACPRuntimeService.GetSession:input_type -> macp.v1.GetSessionRequest
+	25, // 47: macp.v1.MACPRuntimeService.CancelSession:input_type -> macp.v1.CancelSessionRequest
+	26, // 48: macp.v1.MACPRuntimeService.SuspendSession:input_type -> macp.v1.SuspendSessionRequest
+	28, // 49: macp.v1.MACPRuntimeService.ResumeSession:input_type -> macp.v1.ResumeSessionRequest
+	30, // 50: macp.v1.MACPRuntimeService.GetManifest:input_type -> macp.v1.GetManifestRequest
+	34, // 51: macp.v1.MACPRuntimeService.ListModes:input_type -> macp.v1.ListModesRequest
+	38, // 52: macp.v1.MACPRuntimeService.WatchModeRegistry:input_type -> macp.v1.WatchModeRegistryRequest
+	36, // 53: macp.v1.MACPRuntimeService.ListRoots:input_type -> macp.v1.ListRootsRequest
+	39, // 54: macp.v1.MACPRuntimeService.WatchRoots:input_type -> macp.v1.WatchRootsRequest
+	51, // 55: macp.v1.MACPRuntimeService.ListExtModes:input_type -> macp.v1.ListExtModesRequest
+	53, // 56: macp.v1.MACPRuntimeService.RegisterExtMode:input_type -> macp.v1.RegisterExtModeRequest
+	55, // 57: macp.v1.MACPRuntimeService.UnregisterExtMode:input_type -> macp.v1.UnregisterExtModeRequest
+	57, // 58: macp.v1.MACPRuntimeService.PromoteMode:input_type -> macp.v1.PromoteModeRequest
+	59, // 59: macp.v1.MACPRuntimeService.WatchSignals:input_type -> macp.v1.WatchSignalsRequest
+	61, // 60: macp.v1.MACPRuntimeService.ListSessions:input_type -> macp.v1.ListSessionsRequest
+	63, // 61: macp.v1.MACPRuntimeService.WatchSessions:input_type -> macp.v1.WatchSessionsRequest
+	76, // 62: macp.v1.MACPRuntimeService.RegisterPolicy:input_type -> macp.v1.RegisterPolicyRequest
+	77, // 63: macp.v1.MACPRuntimeService.UnregisterPolicy:input_type -> macp.v1.UnregisterPolicyRequest
+	78, // 64: macp.v1.MACPRuntimeService.GetPolicy:input_type -> macp.v1.GetPolicyRequest
+	79, // 65: macp.v1.MACPRuntimeService.ListPolicies:input_type -> macp.v1.ListPoliciesRequest
+	80, // 66: macp.v1.MACPRuntimeService.WatchPolicies:input_type -> macp.v1.WatchPoliciesRequest
+	13, // 67: macp.v1.MACPRuntimeService.Initialize:output_type -> macp.v1.InitializeResponse
+	43, // 68: macp.v1.MACPRuntimeService.Send:output_type -> macp.v1.SendResponse
+	45, // 69: macp.v1.MACPRuntimeService.StreamSession:output_type -> macp.v1.StreamSessionResponse
+	46, // 70: macp.v1.MACPRuntimeService.GetSession:output_type -> macp.v1.GetSessionResponse
+	47, // 71: macp.v1.MACPRuntimeService.CancelSession:output_type -> macp.v1.CancelSessionResponse
+	27, // 72: macp.v1.MACPRuntimeService.SuspendSession:output_type -> macp.v1.SuspendSessionResponse
+	29, // 73: macp.v1.MACPRuntimeService.ResumeSession:output_type -> macp.v1.ResumeSessionResponse
+	48, // 74: macp.v1.MACPRuntimeService.GetManifest:output_type -> macp.v1.GetManifestResponse
+	35, // 75: macp.v1.MACPRuntimeService.ListModes:output_type -> macp.v1.ListModesResponse
+	49, // 76: macp.v1.MACPRuntimeService.WatchModeRegistry:output_type -> macp.v1.WatchModeRegistryResponse
+	37, // 77: macp.v1.MACPRuntimeService.ListRoots:output_type -> macp.v1.ListRootsResponse
+	50, // 78: macp.v1.MACPRuntimeService.WatchRoots:output_type -> macp.v1.WatchRootsResponse
+	52, // 79: macp.v1.MACPRuntimeService.ListExtModes:output_type -> macp.v1.ListExtModesResponse
+	54, // 80: macp.v1.MACPRuntimeService.RegisterExtMode:output_type -> macp.v1.RegisterExtModeResponse
+	56, // 81: macp.v1.MACPRuntimeService.UnregisterExtMode:output_type -> macp.v1.UnregisterExtModeResponse
+	58, // 82: macp.v1.MACPRuntimeService.PromoteMode:output_type -> macp.v1.PromoteModeResponse
+	60, // 83: macp.v1.MACPRuntimeService.WatchSignals:output_type -> macp.v1.WatchSignalsResponse
+	62, // 84: macp.v1.MACPRuntimeService.ListSessions:output_type -> macp.v1.ListSessionsResponse
+	65, // 85: macp.v1.MACPRuntimeService.WatchSessions:output_type -> macp.v1.WatchSessionsResponse
+	81, // 86: macp.v1.MACPRuntimeService.RegisterPolicy:output_type -> macp.v1.RegisterPolicyResponse
+	82, // 87: macp.v1.MACPRuntimeService.UnregisterPolicy:output_type -> macp.v1.UnregisterPolicyResponse
+	83, // 88: macp.v1.MACPRuntimeService.GetPolicy:output_type -> macp.v1.GetPolicyResponse
+	84, // 89: macp.v1.MACPRuntimeService.ListPolicies:output_type -> macp.v1.ListPoliciesResponse
+	85, // 90: macp.v1.MACPRuntimeService.WatchPolicies:output_type -> macp.v1.WatchPoliciesResponse
+	67, // [67:91] is the sub-list for method output_type
+	43, // [43:67] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_macp_v1_core_proto_init() }
@@ -3866,7 +4335,7 @@ func file_macp_v1_core_proto_init() {
 	}
 	file_macp_v1_envelope_proto_init()
 	file_macp_v1_policy_proto_init()
-	file_macp_v1_core_proto_msgTypes[37].OneofWrappers = []any{
+	file_macp_v1_core_proto_msgTypes[44].OneofWrappers = []any{
 		(*StreamSessionResponse_Envelope)(nil),
 		(*StreamSessionResponse_Error)(nil),
 	}
@@ -3876,7 +4345,7 @@ func file_macp_v1_core_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_macp_v1_core_proto_rawDesc), len(file_macp_v1_core_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   63,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

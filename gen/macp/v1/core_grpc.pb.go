@@ -27,6 +27,8 @@ const (
 	MACPRuntimeService_StreamSession_FullMethodName     = "/macp.v1.MACPRuntimeService/StreamSession"
 	MACPRuntimeService_GetSession_FullMethodName        = "/macp.v1.MACPRuntimeService/GetSession"
 	MACPRuntimeService_CancelSession_FullMethodName     = "/macp.v1.MACPRuntimeService/CancelSession"
+	MACPRuntimeService_SuspendSession_FullMethodName    = "/macp.v1.MACPRuntimeService/SuspendSession"
+	MACPRuntimeService_ResumeSession_FullMethodName     = "/macp.v1.MACPRuntimeService/ResumeSession"
 	MACPRuntimeService_GetManifest_FullMethodName       = "/macp.v1.MACPRuntimeService/GetManifest"
 	MACPRuntimeService_ListModes_FullMethodName         = "/macp.v1.MACPRuntimeService/ListModes"
 	MACPRuntimeService_WatchModeRegistry_FullMethodName = "/macp.v1.MACPRuntimeService/WatchModeRegistry"
@@ -62,6 +64,10 @@ type MACPRuntimeServiceClient interface {
 	GetSession(ctx context.Context, in *GetSessionRequest, opts ...grpc.CallOption) (*GetSessionResponse, error)
 	// CancelSession expires a session on behalf of its initiator.
 	CancelSession(ctx context.Context, in *CancelSessionRequest, opts ...grpc.CallOption) (*CancelSessionResponse, error)
+	// SuspendSession pauses an OPEN session and banks its TTL (RFC-MACP-0001 §7.5).
+	SuspendSession(ctx context.Context, in *SuspendSessionRequest, opts ...grpc.CallOption) (*SuspendSessionResponse, error)
+	// ResumeSession reopens a SUSPENDED session (RFC-MACP-0001 §7.5).
+	ResumeSession(ctx context.Context, in *ResumeSessionRequest, opts ...grpc.CallOption) (*ResumeSessionResponse, error)
 	// GetManifest returns an agent manifest.
 	GetManifest(ctx context.Context, in *GetManifestRequest, opts ...grpc.CallOption) (*GetManifestResponse, error)
 	// ListModes lists standards-track modes.
@@ -153,6 +159,26 @@ func (c *mACPRuntimeServiceClient) CancelSession(ctx context.Context, in *Cancel
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CancelSessionResponse)
 	err := c.cc.Invoke(ctx, MACPRuntimeService_CancelSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mACPRuntimeServiceClient) SuspendSession(ctx context.Context, in *SuspendSessionRequest, opts ...grpc.CallOption) (*SuspendSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SuspendSessionResponse)
+	err := c.cc.Invoke(ctx, MACPRuntimeService_SuspendSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mACPRuntimeServiceClient) ResumeSession(ctx context.Context, in *ResumeSessionRequest, opts ...grpc.CallOption) (*ResumeSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeSessionResponse)
+	err := c.cc.Invoke(ctx, MACPRuntimeService_ResumeSession_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -390,6 +416,10 @@ type MACPRuntimeServiceServer interface {
 	GetSession(context.Context, *GetSessionRequest) (*GetSessionResponse, error)
 	// CancelSession expires a session on behalf of its initiator.
 	CancelSession(context.Context, *CancelSessionRequest) (*CancelSessionResponse, error)
+	// SuspendSession pauses an OPEN session and banks its TTL (RFC-MACP-0001 §7.5).
+	SuspendSession(context.Context, *SuspendSessionRequest) (*SuspendSessionResponse, error)
+	// ResumeSession reopens a SUSPENDED session (RFC-MACP-0001 §7.5).
+	ResumeSession(context.Context, *ResumeSessionRequest) (*ResumeSessionResponse, error)
 	// GetManifest returns an agent manifest.
 	GetManifest(context.Context, *GetManifestRequest) (*GetManifestResponse, error)
 	// ListModes lists standards-track modes.
@@ -448,6 +478,12 @@ func (UnimplementedMACPRuntimeServiceServer) GetSession(context.Context, *GetSes
 }
 func (UnimplementedMACPRuntimeServiceServer) CancelSession(context.Context, *CancelSessionRequest) (*CancelSessionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelSession not implemented")
+}
+func (UnimplementedMACPRuntimeServiceServer) SuspendSession(context.Context, *SuspendSessionRequest) (*SuspendSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SuspendSession not implemented")
+}
+func (UnimplementedMACPRuntimeServiceServer) ResumeSession(context.Context, *ResumeSessionRequest) (*ResumeSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeSession not implemented")
 }
 func (UnimplementedMACPRuntimeServiceServer) GetManifest(context.Context, *GetManifestRequest) (*GetManifestResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetManifest not implemented")
@@ -596,6 +632,42 @@ func _MACPRuntimeService_CancelSession_Handler(srv interface{}, ctx context.Cont
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(MACPRuntimeServiceServer).CancelSession(ctx, req.(*CancelSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MACPRuntimeService_SuspendSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SuspendSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MACPRuntimeServiceServer).SuspendSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MACPRuntimeService_SuspendSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MACPRuntimeServiceServer).SuspendSession(ctx, req.(*SuspendSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MACPRuntimeService_ResumeSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MACPRuntimeServiceServer).ResumeSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MACPRuntimeService_ResumeSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MACPRuntimeServiceServer).ResumeSession(ctx, req.(*ResumeSessionRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -893,6 +965,14 @@ var MACPRuntimeService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelSession",
 			Handler:    _MACPRuntimeService_CancelSession_Handler,
+		},
+		{
+			MethodName: "SuspendSession",
+			Handler:    _MACPRuntimeService_SuspendSession_Handler,
+		},
+		{
+			MethodName: "ResumeSession",
+			Handler:    _MACPRuntimeService_ResumeSession_Handler,
 		},
 		{
 			MethodName: "GetManifest",

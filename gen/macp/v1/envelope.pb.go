@@ -32,6 +32,8 @@ const (
 	SessionState_SESSION_STATE_OPEN        SessionState = 1
 	SessionState_SESSION_STATE_RESOLVED    SessionState = 2
 	SessionState_SESSION_STATE_EXPIRED     SessionState = 3
+	SessionState_SESSION_STATE_SUSPENDED   SessionState = 4 // non-terminal: paused by SuspendSession, TTL banked (RFC-MACP-0001 §7.5)
+	SessionState_SESSION_STATE_CANCELLED   SessionState = 5 // terminal: ended by CancelSession (profile latest; 2026-04 reports EXPIRED)
 )
 
 // Enum value maps for SessionState.
@@ -41,12 +43,16 @@ var (
 		1: "SESSION_STATE_OPEN",
 		2: "SESSION_STATE_RESOLVED",
 		3: "SESSION_STATE_EXPIRED",
+		4: "SESSION_STATE_SUSPENDED",
+		5: "SESSION_STATE_CANCELLED",
 	}
 	SessionState_value = map[string]int32{
 		"SESSION_STATE_UNSPECIFIED": 0,
 		"SESSION_STATE_OPEN":        1,
 		"SESSION_STATE_RESOLVED":    2,
 		"SESSION_STATE_EXPIRED":     3,
+		"SESSION_STATE_SUSPENDED":   4,
+		"SESSION_STATE_CANCELLED":   5,
 	}
 )
 
@@ -381,12 +387,14 @@ const file_macp_v1_envelope_proto_rawDesc = "" +
 	"session_id\x18\x04 \x01(\tR\tsessionId\x12-\n" +
 	"\x13accepted_at_unix_ms\x18\x05 \x01(\x03R\x10acceptedAtUnixMs\x12:\n" +
 	"\rsession_state\x18\x06 \x01(\x0e2\x15.macp.v1.SessionStateR\fsessionState\x12(\n" +
-	"\x05error\x18\a \x01(\v2\x12.macp.v1.MACPErrorR\x05error*|\n" +
+	"\x05error\x18\a \x01(\v2\x12.macp.v1.MACPErrorR\x05error*\xb6\x01\n" +
 	"\fSessionState\x12\x1d\n" +
 	"\x19SESSION_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12SESSION_STATE_OPEN\x10\x01\x12\x1a\n" +
 	"\x16SESSION_STATE_RESOLVED\x10\x02\x12\x19\n" +
-	"\x15SESSION_STATE_EXPIRED\x10\x03b\x06proto3"
+	"\x15SESSION_STATE_EXPIRED\x10\x03\x12\x1b\n" +
+	"\x17SESSION_STATE_SUSPENDED\x10\x04\x12\x1b\n" +
+	"\x17SESSION_STATE_CANCELLED\x10\x05b\x06proto3"
 
 var (
 	file_macp_v1_envelope_proto_rawDescOnce sync.Once

@@ -160,6 +160,7 @@ type HandoffAcceptPayload struct {
 	HandoffId     string                 `protobuf:"bytes,1,opt,name=handoff_id,json=handoffId,proto3" json:"handoff_id,omitempty"`
 	AcceptedBy    string                 `protobuf:"bytes,2,opt,name=accepted_by,json=acceptedBy,proto3" json:"accepted_by,omitempty"`
 	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Implicit      bool                   `protobuf:"varint,4,opt,name=implicit,proto3" json:"implicit,omitempty"` // runtime-emitted implicit acceptance only; a client-sent true is rejected (RFC-MACP-0010 §5.1)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -213,6 +214,13 @@ func (x *HandoffAcceptPayload) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *HandoffAcceptPayload) GetImplicit() bool {
+	if x != nil {
+		return x.Implicit
+	}
+	return false
 }
 
 // HandoffDeclinePayload declines an offer (RFC-MACP-0010 §4).
@@ -291,13 +299,14 @@ const file_macp_modes_handoff_v1_handoff_proto_rawDesc = "" +
 	"\n" +
 	"handoff_id\x18\x01 \x01(\tR\thandoffId\x12!\n" +
 	"\fcontent_type\x18\x02 \x01(\tR\vcontentType\x12\x18\n" +
-	"\acontext\x18\x03 \x01(\fR\acontext\"n\n" +
+	"\acontext\x18\x03 \x01(\fR\acontext\"\x8a\x01\n" +
 	"\x14HandoffAcceptPayload\x12\x1d\n" +
 	"\n" +
 	"handoff_id\x18\x01 \x01(\tR\thandoffId\x12\x1f\n" +
 	"\vaccepted_by\x18\x02 \x01(\tR\n" +
 	"acceptedBy\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"o\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1a\n" +
+	"\bimplicit\x18\x04 \x01(\bR\bimplicit\"o\n" +
 	"\x15HandoffDeclinePayload\x12\x1d\n" +
 	"\n" +
 	"handoff_id\x18\x01 \x01(\tR\thandoffId\x12\x1f\n" +
