@@ -106,6 +106,8 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 	reg.MustRegister(rm)
 	lim := session.Limits{
 		MaxTTLMs:        cfg.MaxTTL.Milliseconds(),
+		Profile:         cfg.Profile,
+		MaxSuspendMs:    cfg.MaxSuspend.Milliseconds(),
 		MaxParticipants: cfg.MaxParticipants,
 		MaxPayloadBytes: cfg.MaxPayloadBytes,
 		MaxStartSkewMs:  cfg.StartSkew.Milliseconds(),

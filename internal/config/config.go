@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/macpd/macpd/internal/coord"
 	"math"
 	"net"
 	"os"
@@ -40,6 +41,15 @@ type Config struct {
 	MaxPayloadBytes int
 	// MaxTTL caps SessionStart.ttl_ms (MACP_MAX_TTL_MS).
 	MaxTTL time.Duration
+	// Profile is the MACP semantics profile new sessions are bound to
+	// (MACP_PROFILE): "2026-04" (the default: the April 2026 spec, where
+	// CancelSession ends a session EXPIRED) or "latest" / "2026-09" (the
+	// newest spec macpd implements). A session keeps the profile it was
+	// started under for ever (coord/profile.go).
+	Profile string
+	// MaxSuspend caps SessionStart.max_suspend_ms and is the cap a session
+	// that asks for 0 gets (MACP_MAX_SUSPEND_MS, default 7 days).
+	MaxSuspend time.Duration
 	// MaxParticipants caps declared participants (MACP_MAX_PARTICIPANTS).
 	MaxParticipants int
 	// MaxOpenSessions caps OPEN sessions per initiator, 0 = no cap
@@ -102,6 +112,8 @@ func Default() Config {
 		MemoryOnly:      false,
 		MaxPayloadBytes: 1 << 20,
 		MaxTTL:          24 * time.Hour,
+		Profile:         coord.ProfileApril,
+		MaxSuspend:      7 * 24 * time.Hour,
 		MaxParticipants: 1000,
 		MaxOpenSessions: 100,
 		StartSkew:       5 * time.Minute,
@@ -146,6 +158,14 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxTTL < time.Millisecond {
 		bad("MACP_MAX_TTL_MS (--max-ttl) %v must be at least 1ms", c.MaxTTL)
+	}
+	if p, ok := coord.ResolveProfile(c.Profile); !ok {
+		bad("MACP_PROFILE (--profile) %q is not a profile this runtime serves: use 2026-04 (the default) or latest (2026-09)", c.Profile)
+	} else {
+		c.Profile = p
+	}
+	if c.MaxSuspend < time.Millisecond {
+		bad("MACP_MAX_SUSPEND_MS (--max-suspend) %v must be at least 1ms", c.MaxSuspend)
 	}
 	if c.MaxParticipants < 1 {
 		bad("MACP_MAX_PARTICIPANTS (--max-participants) %d must be at least 1", c.MaxParticipants)
@@ -274,6 +294,8 @@ func (c *Config) FromEnv(lookup Env) error {
 	str("MACP_TLS_KEY_PATH", &c.TLSKeyPath)
 	integer("MACP_MAX_PAYLOAD_BYTES", &c.MaxPayloadBytes)
 	millis("MACP_MAX_TTL_MS", &c.MaxTTL)
+	str("MACP_PROFILE", &c.Profile)
+	millis("MACP_MAX_SUSPEND_MS", &c.MaxSuspend)
 	integer("MACP_MAX_PARTICIPANTS", &c.MaxParticipants)
 	integer("MACP_MAX_OPEN_SESSIONS", &c.MaxOpenSessions)
 	millis("MACP_START_SKEW_MS", &c.StartSkew)
@@ -329,6 +351,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLSKeyPath, "tls-key", c.TLSKeyPath, "TLS private key file (MACP_TLS_KEY_PATH)")
 	fs.IntVar(&c.MaxPayloadBytes, "max-payload-bytes", c.MaxPayloadBytes, "maximum envelope payload size (MACP_MAX_PAYLOAD_BYTES)")
 	fs.DurationVar(&c.MaxTTL, "max-ttl", c.MaxTTL, "maximum session ttl (MACP_MAX_TTL_MS)")
+	fs.StringVar(&c.Profile, "profile", c.Profile, "MACP profile new sessions are bound to: 2026-04 or latest (MACP_PROFILE)")
+	fs.DurationVar(&c.MaxSuspend, "max-suspend", c.MaxSuspend, "cap on a session's cumulative suspended time, and the cap of sessions that ask for 0 (MACP_MAX_SUSPEND_MS)")
 	fs.IntVar(&c.MaxParticipants, "max-participants", c.MaxParticipants, "maximum declared participants per session (MACP_MAX_PARTICIPANTS)")
 	fs.IntVar(&c.MaxOpenSessions, "max-open-sessions", c.MaxOpenSessions, "maximum OPEN sessions per initiator, 0 = unlimited (MACP_MAX_OPEN_SESSIONS)")
 	fs.DurationVar(&c.StartSkew, "start-skew", c.StartSkew, "tolerated SessionStart timestamp skew, 0 = unchecked (MACP_START_SKEW_MS)")

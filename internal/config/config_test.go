@@ -28,6 +28,8 @@ func TestDefault(t *testing.T) {
 		MemoryOnly:      false,
 		MaxPayloadBytes: 1048576,
 		MaxTTL:          86400000 * time.Millisecond,
+		Profile:         "2026-04",
+		MaxSuspend:      7 * 24 * time.Hour,
 		MaxParticipants: 1000,
 		MaxOpenSessions: 100,
 		StartSkew:       5 * time.Minute,
@@ -71,6 +73,8 @@ func TestFromEnvEveryVariable(t *testing.T) {
 		"MACP_TLS_KEY_PATH":        "/etc/macp/key.pem",
 		"MACP_MAX_PAYLOAD_BYTES":   "2048",
 		"MACP_MAX_TTL_MS":          "60000",
+		"MACP_PROFILE":             "latest",
+		"MACP_MAX_SUSPEND_MS":      "3600000",
 		"MACP_MAX_PARTICIPANTS":    "7",
 		"MACP_MAX_OPEN_SESSIONS":   "3",
 		"MACP_START_SKEW_MS":       "0",
@@ -90,7 +94,7 @@ func TestFromEnvEveryVariable(t *testing.T) {
 	want := Config{
 		BindAddr: "0.0.0.0:7000", DataDir: "/var/lib/macp", MemoryOnly: false, AllowInsecure: true,
 		TLSCertPath: "/etc/macp/cert.pem", TLSKeyPath: "/etc/macp/key.pem",
-		MaxPayloadBytes: 2048, MaxTTL: time.Minute, MaxParticipants: 7, MaxOpenSessions: 3,
+		MaxPayloadBytes: 2048, MaxTTL: time.Minute, MaxParticipants: 7, MaxOpenSessions: 3, Profile: "latest", MaxSuspend: time.Hour,
 		StartSkew: 0, LogLevel: "debug", LogFormat: "json", ShutdownGrace: 2500 * time.Millisecond,
 		StreamHeartbeat: 0, EvictAfter: 5 * time.Minute, Limits: DefaultLimits(), Snapshots: DefaultSnapshots(), HTTP: DefaultHTTP(), NATS: DefaultNATS(),
 		AdminAddr: "127.0.0.1:9090", AdminPprof: true, GCPercent: 150, GCMinHeap: 32 << 20, MemoryLimit: 1 << 30,
@@ -199,7 +203,7 @@ func TestFlagsOverrideEnv(t *testing.T) {
 	}
 	want := Config{
 		BindAddr: "127.0.0.1:7001", DataDir: "d", MemoryOnly: true, AllowInsecure: false,
-		TLSCertPath: "c.pem", TLSKeyPath: "k.pem", MaxPayloadBytes: 100, MaxTTL: 2 * time.Hour,
+		TLSCertPath: "c.pem", TLSKeyPath: "k.pem", MaxPayloadBytes: 100, MaxTTL: 2 * time.Hour, Profile: "2026-04", MaxSuspend: 7 * 24 * time.Hour,
 		MaxParticipants: 9, MaxOpenSessions: 4, StartSkew: 0, LogLevel: "debug", LogFormat: "json",
 		ShutdownGrace: time.Second, StreamHeartbeat: 15 * time.Second, EvictAfter: 5 * time.Minute,
 		Limits: DefaultLimits(), Snapshots: DefaultSnapshots(), HTTP: DefaultHTTP(), NATS: DefaultNATS(), AdminAddr: "10.0.0.5:9100", AdminPprof: true, GCPercent: 300, MemoryLimit: 2048,
@@ -254,6 +258,7 @@ func TestValidateListsAllProblems(t *testing.T) {
 		ShutdownGrace:   -time.Second,
 		LogLevel:        "verbose",
 		LogFormat:       "xml",
+		Profile:         "2025-01",
 		AdminAddr:       "9090",
 		MemoryLimit:     -1,
 		GCMinHeap:       -1,
@@ -267,15 +272,15 @@ func TestValidateListsAllProblems(t *testing.T) {
 		"MACP_BIND_ADDR", "MACP_DATA_DIR", "MACP_TLS_KEY_PATH", "MACP_MAX_PAYLOAD_BYTES", "MACP_MAX_TTL_MS",
 		"MACP_MAX_PARTICIPANTS", "MACP_MAX_OPEN_SESSIONS", "MACP_START_SKEW_MS", "MACP_SHUTDOWN_GRACE_MS",
 		"MACP_LOG_LEVEL", "MACP_LOG_FORMAT", "MACP_ADMIN_ADDR", "MACP_GC_PERCENT", "MACP_MEMORY_LIMIT_BYTES", "MACP_GC_MIN_HEAP_BYTES",
-		"MACP_STREAM_BUFFER_BYTES", `"localhost"`, `"verbose"`, `"xml"`, `"9090"`,
+		"MACP_STREAM_BUFFER_BYTES", "MACP_PROFILE", "MACP_MAX_SUSPEND_MS", `"2025-01"`, `"localhost"`, `"verbose"`, `"xml"`, `"9090"`,
 	} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error does not mention %s:\n%v", s, err)
 		}
 	}
 	var joined interface{ Unwrap() []error }
-	if !errors.As(err, &joined) || len(joined.Unwrap()) != 19 {
-		t.Errorf("want 19 separate problems, got:\n%v", err)
+	if !errors.As(err, &joined) || len(joined.Unwrap()) != 21 {
+		t.Errorf("want 21 separate problems, got:\n%v", err)
 	}
 }
 

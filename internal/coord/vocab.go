@@ -10,9 +10,13 @@ const ProtocolVersion = "1.0"
 const (
 	TypeSessionStart  = "SessionStart"
 	TypeSessionCancel = "SessionCancel"
-	TypeCommitment    = "Commitment"
-	TypeSignal        = "Signal"
-	TypeProgress      = "Progress"
+	// TypeSessionSuspend and TypeSessionResume are the runtime-emitted
+	// annotations of SuspendSession and ResumeSession (RFC-MACP-0001 §7.5).
+	TypeSessionSuspend = "SessionSuspend"
+	TypeSessionResume  = "SessionResume"
+	TypeCommitment     = "Commitment"
+	TypeSignal         = "Signal"
+	TypeProgress       = "Progress"
 )
 
 // RuntimeSender is the sender of envelopes the runtime itself emits into a

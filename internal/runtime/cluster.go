@@ -167,9 +167,12 @@ func (r *Runtime) applyLocked(o *owner, recs []session.Record) bool {
 		}
 	}
 	o.storedElsewhere(recs)
-	if before == session.Open && o.sess.Status.Terminal() {
-		r.closedOpen(o)
+	if before != o.sess.Status { // ended, suspended or resumed on another node
+		if !before.Terminal() && o.sess.Status.Terminal() {
+			r.closedOpen(o)
+		}
 		r.Lifecycle.Publish(r.terminalEvent(o.sess, r.nowMs()))
+		r.armExpiry(o.sess)
 	}
 	return true
 }
@@ -241,7 +244,7 @@ func (r *Runtime) catchUp(ctx context.Context, o *owner) error {
 	if err := r.heal(ctx, o); err != nil {
 		return err
 	}
-	if before == session.Open && o.sess.Status.Terminal() {
+	if !before.Terminal() && o.sess.Status.Terminal() {
 		r.closedOpen(o)
 		r.Lifecycle.Publish(r.terminalEvent(o.sess, r.nowMs()))
 	}

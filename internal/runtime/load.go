@@ -114,10 +114,10 @@ func (r *Runtime) adopt(s *session.Session) *owner {
 	}
 	o := &owner{id: s.ID, initiator: s.Binding.Initiator, sess: s, durableSeq: s.Seq, durableCh: make(chan struct{})}
 	r.sessions[s.ID] = o
-	if s.Status == session.Open {
+	if !s.Status.Terminal() {
 		r.openBy[s.Binding.Initiator]++
 		r.openTotal++
-		r.timers.add(s.ID, s.DeadlineMs)
+		r.armExpiry(s)
 	}
 	return o
 }
@@ -167,7 +167,7 @@ func (r *Runtime) recover(ctx context.Context) error {
 			}
 			r.quarantined[info.SessionID] = info.Quarantined
 			r.log.Error("session quarantined", "session_id", info.SessionID, "reason", info.Quarantined)
-		case info.Status == session.Open:
+		case !info.Status.Terminal():
 			infos = append(infos, info)
 		default: // only List (strict) gives terminal sessions
 			terminal++

@@ -91,10 +91,8 @@ func (r *Runtime) heal(ctx context.Context, o *owner) error {
 	o.durableSeq = s.Seq
 	o.durableMu.Unlock()
 	r.healedShared(ctx, o) // cluster.go: records other nodes stored reach the followers
-	if s.Status == session.Open {
-		// The failed append may have been the expiry itself.
-		r.timers.add(o.id, s.DeadlineMs)
-	}
+	// The failed append may have been the expiry itself.
+	r.armExpiry(s)
 	r.log.Warn("session rebuilt from store after a failed append", "session_id", o.id, "seq", s.Seq)
 	return nil
 }

@@ -190,7 +190,7 @@ func (r *Runtime) stepSubmit(ctx context.Context, env *macpv1.Envelope) *stepped
 	before, seen := o.sess.Status, o.sess.Seq
 	out := o.sess.Step(env, now, r.opts.Limits)
 	state := o.sess.Status
-	closes := before == session.Open && state.Terminal()
+	closes := !before.Terminal() && state.Terminal()
 	var events []LifecycleEvent
 	if closes {
 		events = append(events, r.terminalEvent(o.sess, now))
@@ -256,10 +256,19 @@ func (r *Runtime) await(ctx context.Context, done chan error, then func(error)) 
 // errCommitTimeout: a commit took longer than Options.CommitTimeout.
 var errCommitTimeout = fmt.Errorf("runtime: the store did not confirm the write in time: %w", context.DeadlineExceeded)
 
+// terminalEvent is the lifecycle event of a session that just ended, or
+// that was just suspended or resumed.
 func (r *Runtime) terminalEvent(s *session.Session, now int64) LifecycleEvent {
 	t := macpv1.SessionLifecycleEvent_EVENT_TYPE_EXPIRED
-	if s.Status == session.Resolved {
+	switch s.Status {
+	case session.Resolved:
 		t = macpv1.SessionLifecycleEvent_EVENT_TYPE_RESOLVED
+	case session.Cancelled:
+		t = macpv1.SessionLifecycleEvent_EVENT_TYPE_CANCELLED
+	case session.Suspended:
+		t = macpv1.SessionLifecycleEvent_EVENT_TYPE_SUSPENDED
+	case session.Open:
+		t = macpv1.SessionLifecycleEvent_EVENT_TYPE_RESUMED
 	}
 	return LifecycleEvent{Type: t, Session: s.Metadata(), ObservedMs: now}
 }
@@ -300,10 +309,11 @@ func nackFor(env *macpv1.Envelope, err *coord.Error, state macpv1.SessionState) 
 	return ack
 }
 
-// Cancel cancels a session on behalf of id (RFC-MACP-0001 §7.5): OPEN ->
-// EXPIRED with a runtime-emitted SessionCancel record. Only the initiator
-// may cancel (FORBIDDEN); unknown sessions are SESSION_NOT_FOUND; an
-// already terminal session is answered ok with its state.
+// Cancel cancels a session on behalf of id (RFC-MACP-0001 §7.3): OPEN or
+// SUSPENDED -> EXPIRED (profile 2026-04) or CANCELLED (profile latest) with
+// a runtime-emitted SessionCancel record. Only the initiator may cancel
+// (FORBIDDEN); unknown sessions are SESSION_NOT_FOUND; an already terminal
+// session is answered ok with its state.
 func (r *Runtime) Cancel(ctx context.Context, id coord.Identity, sessionID, reason string) (*macpv1.Ack, *coord.Error) {
 	var cerr *coord.Error
 	ack := r.retryShared(ctx, func() (ack *macpv1.Ack, retry bool) {
@@ -326,7 +336,7 @@ func (r *Runtime) cancelOnce(ctx context.Context, id coord.Identity, sessionID, 
 		return nil, out.Err, false
 	}
 	state := o.sess.Status
-	closes := before == session.Open && state.Terminal()
+	closes := !before.Terminal() && state.Terminal()
 	var events []LifecycleEvent
 	if closes {
 		events = append(events, r.terminalEvent(o.sess, now))
@@ -342,6 +352,71 @@ func (r *Runtime) cancelOnce(ctx context.Context, id coord.Identity, sessionID, 
 	ack := &macpv1.Ack{Ok: true, SessionId: sessionID, AcceptedAtUnixMs: now, SessionState: state.Proto()}
 	if len(out.Records) > 0 && out.Records[0].Envelope != nil {
 		ack.MessageId = out.Records[0].Envelope.MessageId
+	}
+	return ack, nil, false
+}
+
+// Suspend suspends an OPEN session on behalf of id (RFC-MACP-0001 §7.5):
+// OPEN -> SUSPENDED with a runtime-emitted SessionSuspend record; the TTL
+// stops and the suspension cap starts. Only the initiator may suspend
+// (FORBIDDEN); unknown sessions are SESSION_NOT_FOUND; a session that is
+// not OPEN is SESSION_NOT_OPEN.
+func (r *Runtime) Suspend(ctx context.Context, id coord.Identity, sessionID, reason string) (*macpv1.Ack, *coord.Error) {
+	return r.control(ctx, id, sessionID, reason, (*session.Session).Suspend, "suspension")
+}
+
+// Resume resumes a SUSPENDED session on behalf of id (RFC-MACP-0001 §7.5):
+// SUSPENDED -> OPEN with a runtime-emitted SessionResume record and the
+// deadline moved by the suspended time. A session suspended longer than
+// its cap expires instead (SESSION_NOT_OPEN, the EXPIRE record stored).
+func (r *Runtime) Resume(ctx context.Context, id coord.Identity, sessionID, reason string) (*macpv1.Ack, *coord.Error) {
+	return r.control(ctx, id, sessionID, reason, (*session.Session).Resume, "resumption")
+}
+
+type controlFunc func(s *session.Session, caller, reason, messageID string, nowMs int64) session.Outcome
+
+func (r *Runtime) control(ctx context.Context, id coord.Identity, sessionID, reason string, op controlFunc, what string) (*macpv1.Ack, *coord.Error) {
+	var cerr *coord.Error
+	ack := r.retryShared(ctx, func() (ack *macpv1.Ack, retry bool) {
+		ack, cerr, retry = r.controlOnce(ctx, id, sessionID, reason, op, what)
+		return ack, retry
+	})
+	return ack, cerr
+}
+
+func (r *Runtime) controlOnce(ctx context.Context, id coord.Identity, sessionID, reason string, op controlFunc, what string) (*macpv1.Ack, *coord.Error, bool) {
+	o, cerr := r.lockSession(ctx, sessionID)
+	if cerr != nil {
+		return nil, cerr, false
+	}
+	now := r.nowMs()
+	before, seen := o.sess.Status, o.sess.Seq
+	out := op(o.sess, id.Sender, reason, uuid.NewString(), now)
+	if len(out.Records) == 0 {
+		o.mu.Unlock()
+		if out.Err != nil && r.staleCopy(ctx, o, seen) { // cluster.go: decide again on a fresh copy
+			return nil, nil, true
+		}
+		return nil, out.Err, false
+	}
+	state := o.sess.Status
+	closes := !before.Terminal() && state.Terminal()
+	events := []LifecycleEvent{r.terminalEvent(o.sess, now)}
+	r.armExpiry(o.sess)
+	done := r.commit.submit(o, out.Records, events, closes)
+	o.mu.Unlock()
+	if err := r.await(ctx, done, nil); err != nil {
+		if r.sharedRetry(err) {
+			return nil, nil, true
+		}
+		return &macpv1.Ack{Ok: false, SessionId: sessionID, Error: &macpv1.MACPError{Code: string(coord.CodeInternalError), Message: "the " + what + " could not be stored", SessionId: sessionID}}, nil, false
+	}
+	if out.Err != nil { // the session expired instead (its record is stored)
+		return nil, out.Err, false
+	}
+	ack := &macpv1.Ack{Ok: true, SessionId: sessionID, AcceptedAtUnixMs: now, SessionState: state.Proto()}
+	if env := out.Records[0].Envelope; env != nil {
+		ack.MessageId = env.MessageId
 	}
 	return ack, nil, false
 }

@@ -168,3 +168,14 @@ func (r *Runtime) retryExpiry(id string) {
 		r.timers.add(id, r.opts.Clock.Now().Add(expiryRetry).UnixMilli())
 	}
 }
+
+// armExpiry arms the session's timer for the earliest time it can expire
+// (session.ExpiryMs: the deadline while OPEN, the suspension cap while
+// SUSPENDED); a terminal session needs none. A timer that fires early
+// (the session was resumed, moving its deadline) finds nothing due and
+// re-arms through the resume that moved it.
+func (r *Runtime) armExpiry(s *session.Session) {
+	if at, ok := s.ExpiryMs(); ok {
+		r.timers.add(s.ID, at)
+	}
+}

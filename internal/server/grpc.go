@@ -258,7 +258,14 @@ func (s *Service) capabilities() *macpv1.Capabilities {
 
 // experimental is macpd's own experimental feature plus Options.Experimental.
 func (s *Service) experimental() map[string]string {
-	f := map[string]string{"ext_mode_lifecycle": "true"}
+	f := map[string]string{
+		"ext_mode_lifecycle":    "true",
+		"macpd.profile":         s.rt.Profile(),
+		"macpd.profiles":        strings.Join(coord.Profiles, ","),
+		"session_suspension":    "true",
+		"list_sessions_paging":  "true",
+		"commitment_supersedes": "true",
+	}
 	maps.Copy(f, s.opts.Experimental)
 	return f
 }
@@ -305,7 +312,36 @@ func (s *Service) GetSession(ctx context.Context, req *macpv1.GetSessionRequest)
 	return &macpv1.GetSessionResponse{Metadata: md}, nil
 }
 
-// CancelSession ends a session as EXPIRED on its initiator's request.
+// SuspendSession pauses an OPEN session on its initiator's request
+// (RFC-MACP-0001 §7.5).
+func (s *Service) SuspendSession(ctx context.Context, req *macpv1.SuspendSessionRequest) (*macpv1.SuspendSessionResponse, error) {
+	id, _ := identityFrom(ctx)
+	if req.GetSessionId() == "" {
+		return nil, statusErr(coord.Errorf(coord.CodeInvalidEnvelope, "session_id is required"))
+	}
+	ack, err := s.rt.Suspend(ctx, id, req.SessionId, req.Reason)
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	return &macpv1.SuspendSessionResponse{Ack: ack}, nil
+}
+
+// ResumeSession reopens a SUSPENDED session on its initiator's request
+// (RFC-MACP-0001 §7.5).
+func (s *Service) ResumeSession(ctx context.Context, req *macpv1.ResumeSessionRequest) (*macpv1.ResumeSessionResponse, error) {
+	id, _ := identityFrom(ctx)
+	if req.GetSessionId() == "" {
+		return nil, statusErr(coord.Errorf(coord.CodeInvalidEnvelope, "session_id is required"))
+	}
+	ack, err := s.rt.Resume(ctx, id, req.SessionId, req.Reason)
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	return &macpv1.ResumeSessionResponse{Ack: ack}, nil
+}
+
+// CancelSession ends a session on its initiator's request: EXPIRED under
+// profile 2026-04, CANCELLED under latest (the session's bound profile).
 func (s *Service) CancelSession(ctx context.Context, req *macpv1.CancelSessionRequest) (*macpv1.CancelSessionResponse, error) {
 	id, _ := identityFrom(ctx)
 	if req.GetSessionId() == "" {
@@ -331,7 +367,7 @@ func (s *Service) GetManifest(_ context.Context, req *macpv1.GetManifestRequest)
 		SupportedModes:     s.rt.Modes().IDs(),
 		InputContentTypes:  []string{"application/macp-envelope+proto"},
 		OutputContentTypes: []string{"application/macp-envelope+proto"},
-		Metadata:           map[string]string{"runtime": i.Name, "version": i.Version},
+		Metadata:           map[string]string{"runtime": i.Name, "version": i.Version, "profile": s.rt.Profile(), "profiles": strings.Join(coord.Profiles, ",")},
 	}
 	if i.Endpoint != "" {
 		m.TransportEndpoints = []*macpv1.TransportEndpoint{{
@@ -353,10 +389,16 @@ func (s *Service) ListRoots(context.Context, *macpv1.ListRootsRequest) (*macpv1.
 	return &macpv1.ListRootsResponse{Roots: s.opts.Roots}, nil
 }
 
-// ListSessions lists the sessions the caller may see.
-func (s *Service) ListSessions(ctx context.Context, _ *macpv1.ListSessionsRequest) (*macpv1.ListSessionsResponse, error) {
+// ListSessions lists the sessions the caller may see, one page at a time
+// when the client asks for pages (macp-proto 0.1.6; see
+// runtime.ListSessionsPage).
+func (s *Service) ListSessions(ctx context.Context, req *macpv1.ListSessionsRequest) (*macpv1.ListSessionsResponse, error) {
 	id, _ := identityFrom(ctx)
-	return &macpv1.ListSessionsResponse{Sessions: s.rt.ListSessions(ctx, id)}, nil
+	page, next, err := s.rt.ListSessionsPage(ctx, id, req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return &macpv1.ListSessionsResponse{Sessions: page, NextPageToken: next}, nil
 }
 
 // WatchRoots sends one change hint, then one per change (roots are static

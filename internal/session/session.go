@@ -47,6 +47,15 @@ type Session struct {
 	Resolution *macpv1.CommitmentPayload
 	// Cancellation is the SessionCancel payload when the session was cancelled.
 	Cancellation *macpv1.SessionCancelPayload
+	// MaxSuspendMs is the bound cap on cumulative suspended time
+	// (RFC-MACP-0001 §7.5); SuspendedTotalMs is the suspended time of the
+	// suspensions that ended; SuspendedAtMs is when the current suspension
+	// began (0 unless SUSPENDED). While SUSPENDED, DeadlineMs is the
+	// pre-suspension deadline and BankedMs the TTL left at suspension.
+	MaxSuspendMs     int64
+	SuspendedTotalMs int64
+	SuspendedAtMs    int64
+	BankedMs         int64
 
 	startMessageID string
 	seen           map[string]struct{}
@@ -88,7 +97,18 @@ func Start(env *macpv1.Envelope, nowMs int64, deps Deps) (*Session, Record, erro
 	if pd.Mode != "*" && pd.Mode != env.Mode {
 		return nil, Record{}, coord.Errorf(coord.CodeInvalidPolicyDefinition, "policy %q targets mode %q, not %q", policyID, pd.Mode, env.Mode)
 	}
-	info := &StartInfo{Policy: pd, DeadlineMs: deadline}
+	profile, ok := coord.ResolveProfile(deps.Limits.Profile)
+	if !ok {
+		return nil, Record{}, coord.Errorf(coord.CodeInternalError, "unknown profile %q", deps.Limits.Profile)
+	}
+	maxSuspend := p.MaxSuspendMs
+	if maxSuspend == 0 {
+		maxSuspend = deps.Limits.maxSuspend()
+	}
+	if maxSuspend > deps.Limits.maxSuspend() {
+		return nil, Record{}, coord.Errorf(coord.CodeInvalidEnvelope, "max_suspend_ms must be at most %d", deps.Limits.maxSuspend())
+	}
+	info := &StartInfo{Policy: pd, DeadlineMs: deadline, Profile: profile, MaxSuspendMs: maxSuspend}
 	bound := boundEnvelope(env)
 	rec := Record{SessionID: env.SessionId, Seq: 1, Kind: KindStart, AcceptedAtMs: nowMs, Envelope: bound, Start: info, Status: Open}
 	s, err := restore(rec, p, m)
@@ -144,6 +164,11 @@ func checkStart(env *macpv1.Envelope, modes Modes, lim Limits, replay bool) (mod
 	}
 	if err := checkParticipants(p.Participants, lim.MaxParticipants, replay); err != nil {
 		return nil, nil, err
+	}
+	// max_suspend_ms was an unknown field before macp-proto 0.1.5; a stored
+	// start that carried a negative value stays valid history.
+	if !replay && p.MaxSuspendMs < 0 {
+		return nil, nil, coord.Errorf(coord.CodeInvalidEnvelope, "max_suspend_ms must not be negative (0 = the runtime default)")
 	}
 	for _, r := range p.Roots {
 		if r.GetUri() == "" {
@@ -231,6 +256,12 @@ func Restore(rec Record, modes Modes) (*Session, error) {
 	if pd.ID != effectivePolicyID(p) || (pd.Mode != "*" && pd.Mode != env.Mode) {
 		return nil, diverged(rec, "policy descriptor %q (mode %q) does not fit the SessionStart", pd.ID, pd.Mode)
 	}
+	if prof := coord.StoredProfile(rec.Start.Profile); prof != coord.ProfileApril && prof != coord.ProfileLatest {
+		return nil, coord.Errorf(coord.CodeModeNotSupported, "cannot replay session %s: profile %q is not served by this runtime", rec.SessionID, prof)
+	}
+	if rec.Start.MaxSuspendMs < 0 {
+		return nil, diverged(rec, "max_suspend_ms %d is negative", rec.Start.MaxSuspendMs)
+	}
 	s, err := restore(rec, p, m)
 	if err != nil {
 		return nil, diverged(rec, "%v", err)
@@ -283,7 +314,9 @@ func restore(rec Record, p *macpv1.SessionStartPayload, m mode.Mode) (*Session, 
 			Policy:               pol,
 			Initiator:            env.Sender,
 			Participants:         slices.Clone(p.Participants),
+			Profile:              coord.StoredProfile(rec.Start.Profile),
 		},
+		MaxSuspendMs:   rec.Start.MaxSuspendMs,
 		Status:         Open,
 		StartedAtMs:    rec.AcceptedAtMs,
 		DeadlineMs:     rec.Start.DeadlineMs,
@@ -304,9 +337,15 @@ func restore(rec Record, p *macpv1.SessionStartPayload, m mode.Mode) (*Session, 
 		return nil, err
 	}
 	s.modeState = st
+	if s.MaxSuspendMs == 0 {
+		s.MaxSuspendMs = DefaultMaxSuspend
+	}
 	s.touch(env.Sender, rec.AcceptedAtMs)
 	return s, nil
 }
+
+// Latest reports whether the session is bound to coord.ProfileLatest.
+func (s *Session) Latest() bool { return coord.IsLatest(s.Binding.Profile) }
 
 // boundEnvelope returns the envelope as it enters history. The caller has
 // already replaced the sender with the authenticated identity; the copy
@@ -377,14 +416,20 @@ func (s *Session) step(env *macpv1.Envelope, nowMs int64, lim Limits, replaying 
 		return Outcome{Err: coord.Errorf(coord.CodeSessionAlreadyExists, "session %s already exists", s.ID)}
 	case coord.TypeSessionCancel:
 		return Outcome{Err: coord.Errorf(coord.CodeForbidden, "SessionCancel is emitted by the runtime; use CancelSession")}
+	case coord.TypeSessionSuspend, coord.TypeSessionResume:
+		// Under 2026-04 these names were ordinary message types (an
+		// extension mode could accept them), so stored April histories
+		// replay as they were decided.
+		if !replaying || s.Latest() {
+			return Outcome{Err: coord.Errorf(coord.CodeForbidden, "%s is emitted by the runtime; use %sSession", env.MessageType, strings.TrimPrefix(env.MessageType, "Session"))}
+		}
 	case coord.TypeSignal, coord.TypeProgress:
 		return Outcome{Err: coord.Errorf(coord.CodeInvalidEnvelope, "%s is not a session message", env.MessageType)}
 	}
 	if env.Mode != s.Binding.Mode {
 		return Outcome{Err: coord.Errorf(coord.CodeInvalidEnvelope, "envelope mode %q does not match session mode %q", env.Mode, s.Binding.Mode)}
 	}
-	if s.Status == Open && nowMs >= s.DeadlineMs {
-		rec := s.expire(nowMs)
+	if rec, ok := s.ExpireIfDue(nowMs); ok {
 		return Outcome{Records: []Record{rec}, Err: coord.Errorf(coord.CodeSessionNotOpen, "session %s expired", s.ID)}
 	}
 	if s.Status != Open {
@@ -392,7 +437,7 @@ func (s *Session) step(env *macpv1.Envelope, nowMs int64, lim Limits, replaying 
 	}
 	resolved := false
 	if env.MessageType == coord.TypeCommitment {
-		c, err := s.checkCommitment(env)
+		c, err := s.checkCommitment(env, replaying)
 		if err != nil {
 			return Outcome{Err: err}
 		}
@@ -442,7 +487,7 @@ var (
 	negativeSuffixes = []string{".rejected", ".failed", ".declined"}
 )
 
-func (s *Session) checkCommitment(env *macpv1.Envelope) (*macpv1.CommitmentPayload, *coord.Error) {
+func (s *Session) checkCommitment(env *macpv1.Envelope, replaying bool) (*macpv1.CommitmentPayload, *coord.Error) {
 	b := &s.Binding
 	if !b.Policy.MayCommit(env.Sender, b.Initiator, b.Participants) {
 		return nil, coord.Errorf(coord.CodeForbidden, "%s may not commit this session", env.Sender)
@@ -466,6 +511,13 @@ func (s *Session) checkCommitment(env *macpv1.Envelope) (*macpv1.CommitmentPaylo
 		return nil, coord.Errorf(coord.CodeInvalidEnvelope, "commitment configuration_version %q does not match the session's %q", c.ConfigurationVersion, b.ConfigurationVersion)
 	case c.PolicyVersion != "" && c.PolicyVersion != b.PolicyVersion:
 		return nil, coord.Errorf(coord.CodeInvalidEnvelope, "commitment policy_version %q does not match the session's %q", c.PolicyVersion, b.PolicyVersion)
+	}
+	// supersedes (macp-proto 0.1.3) was an unknown field before; stored
+	// April histories replay as they were decided.
+	if ref := c.Supersedes; ref != nil && (!replaying || s.Latest()) {
+		if err := CheckCommitmentRef(ref); err != nil {
+			return nil, err
+		}
 	}
 	for _, suf := range positiveSuffixes {
 		if strings.HasSuffix(c.Action, suf) && !c.OutcomePositive {
@@ -495,20 +547,21 @@ func (s *Session) CancelEnvelope(messageID, cancelledBy, reason string, nowMs in
 	}
 }
 
-// Cancel ends an OPEN session as EXPIRED on behalf of caller
-// (RFC-MACP-0001 §7.5; checklist CANCEL-1..4). Only the initiator may
-// cancel. The returned Outcome carries the runtime-emitted SessionCancel
-// record; cancelling a session that is already terminal is idempotent (no
-// records, no error). messageID must be unique within the session; the
-// shell generates it.
+// Cancel ends an OPEN or SUSPENDED session on behalf of caller
+// (RFC-MACP-0001 §7.3; checklist CANCEL-1..4): EXPIRED under
+// coord.ProfileApril, CANCELLED under coord.ProfileLatest. Only the
+// initiator may cancel. The returned Outcome carries the runtime-emitted
+// SessionCancel record; cancelling a session that is already terminal is
+// idempotent (no records, no error). messageID must be unique within the
+// session; the shell generates it.
 func (s *Session) Cancel(caller, reason, messageID string, nowMs int64) Outcome {
 	if caller != s.Binding.Initiator {
 		return Outcome{Err: coord.Errorf(coord.CodeForbidden, "only the initiator may cancel session %s", s.ID)}
 	}
-	if s.Status == Open && nowMs >= s.DeadlineMs {
-		return Outcome{Records: []Record{s.expire(nowMs)}}
+	if rec, ok := s.ExpireIfDue(nowMs); ok {
+		return Outcome{Records: []Record{rec}}
 	}
-	if s.Status != Open {
+	if s.Status.Terminal() {
 		return Outcome{}
 	}
 	if _, dup := s.seen[messageID]; dup || messageID == "" {
@@ -523,23 +576,59 @@ func (s *Session) applyCancel(env *macpv1.Envelope, nowMs int64) Outcome {
 	_ = proto.Unmarshal(env.Payload, &p)
 	s.Seq++
 	s.seen[env.MessageId] = struct{}{}
+	s.endSuspension(nowMs)
 	s.Status = Expired
+	if s.Latest() {
+		s.Status = Cancelled
+	}
 	s.ClosedAtMs = nowMs
 	s.Cancellation = &p
-	return Outcome{Records: []Record{{SessionID: s.ID, Seq: s.Seq, Kind: KindCancel, AcceptedAtMs: nowMs, Envelope: env, Status: Expired, Final: s.Metadata()}}}
+	return Outcome{Records: []Record{{SessionID: s.ID, Seq: s.Seq, Kind: KindCancel, AcceptedAtMs: nowMs, Envelope: env, Status: s.Status, Final: s.Metadata()}}}
 }
 
-// ExpireIfDue expires an OPEN session whose deadline has passed and returns
-// the Expire record (RFC-MACP-0001 §7.1 TTL).
+// ExpireIfDue expires an OPEN session whose deadline has passed, or a
+// SUSPENDED session whose cumulative suspended time exceeds its cap, and
+// returns the Expire record (RFC-MACP-0001 §7.1 TTL, §7.5 MAX_SUSPEND_MS).
 func (s *Session) ExpireIfDue(nowMs int64) (Record, bool) {
-	if s.Status != Open || nowMs < s.DeadlineMs {
+	due, ok := s.ExpiryMs()
+	if !ok || nowMs < due {
 		return Record{}, false
 	}
 	return s.expire(nowMs), true
 }
 
+// ExpiryMs is the earliest time at which the session expires unless a
+// message changes it first: the deadline while OPEN, the first instant the
+// suspension cap is exceeded while SUSPENDED. ok is false once terminal.
+// The shell arms its timer for it.
+func (s *Session) ExpiryMs() (int64, bool) {
+	switch s.Status {
+	case Open:
+		return s.DeadlineMs, true
+	case Suspended:
+		left := s.MaxSuspendMs - s.SuspendedTotalMs
+		if left < 0 {
+			left = 0
+		}
+		if s.SuspendedAtMs > math.MaxInt64-left-1 {
+			return math.MaxInt64, true
+		}
+		return s.SuspendedAtMs + left + 1, true
+	}
+	return 0, false
+}
+
+// endSuspension closes the current suspension (if any) at nowMs.
+func (s *Session) endSuspension(nowMs int64) {
+	if s.Status == Suspended {
+		s.SuspendedTotalMs += max(0, nowMs-s.SuspendedAtMs)
+		s.SuspendedAtMs = 0
+	}
+}
+
 func (s *Session) expire(nowMs int64) Record {
 	s.Seq++
+	s.endSuspension(nowMs)
 	s.Status = Expired
 	s.ClosedAtMs = nowMs
 	return Record{SessionID: s.ID, Seq: s.Seq, Kind: KindExpire, AcceptedAtMs: nowMs, Status: Expired, Final: s.Metadata()}
@@ -579,6 +668,10 @@ func (s *Session) Apply(rec Record, lim Limits) error {
 		out := s.Cancel(p.CancelledBy, p.Reason, env.MessageId, rec.AcceptedAtMs)
 		if out.Err != nil || len(out.Records) != 1 || out.Records[0].Kind != KindCancel {
 			return diverged(rec, "the cancellation would not be accepted: %v", out.Err)
+		}
+	case KindSuspend, KindResume:
+		if err := s.applyControl(rec); err != nil {
+			return err
 		}
 	case KindExpire:
 		if rec.Envelope != nil {

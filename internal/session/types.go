@@ -5,15 +5,19 @@ import (
 	"github.com/macpd/macpd/internal/policy"
 )
 
-// Status is a session's lifecycle state (RFC-MACP-0001 §7.1). It only ever
-// moves OPEN -> RESOLVED or OPEN -> EXPIRED.
+// Status is a session's lifecycle state (RFC-MACP-0001 §7.2). Terminal
+// states are final. The moves are OPEN -> RESOLVED | EXPIRED, OPEN <->
+// SUSPENDED, SUSPENDED -> EXPIRED, and cancellation: OPEN | SUSPENDED ->
+// EXPIRED under coord.ProfileApril, -> CANCELLED under coord.ProfileLatest.
 type Status uint8
 
 // Lifecycle states, numbered as macp.v1.SessionState.
 const (
-	Open     Status = 1
-	Resolved Status = 2
-	Expired  Status = 3
+	Open      Status = 1
+	Resolved  Status = 2
+	Expired   Status = 3
+	Suspended Status = 4
+	Cancelled Status = 5
 )
 
 // Proto returns the wire enum.
@@ -27,12 +31,16 @@ func (s Status) String() string {
 		return "RESOLVED"
 	case Expired:
 		return "EXPIRED"
+	case Suspended:
+		return "SUSPENDED"
+	case Cancelled:
+		return "CANCELLED"
 	}
 	return "UNSPECIFIED"
 }
 
 // Terminal reports whether the state is final.
-func (s Status) Terminal() bool { return s == Resolved || s == Expired }
+func (s Status) Terminal() bool { return s == Resolved || s == Expired || s == Cancelled }
 
 // Kind is the kind of a history record.
 type Kind uint8
@@ -46,9 +54,15 @@ const (
 	// KindCancel is the runtime-emitted SessionCancel envelope written by
 	// CancelSession.
 	KindCancel Kind = 3
-	// KindExpire records TTL expiry. It carries no envelope, is always the
-	// last record and takes the sequence number after the last envelope.
+	// KindExpire records TTL expiry (or a suspension past its cap). It
+	// carries no envelope, is always the last record and takes the sequence number after the last envelope.
 	KindExpire Kind = 4
+	// KindSuspend is the runtime-emitted SessionSuspend envelope written by
+	// SuspendSession (RFC-MACP-0001 §7.5).
+	KindSuspend Kind = 5
+	// KindResume is the runtime-emitted SessionResume envelope written by
+	// ResumeSession; its payload records the banked TTL.
+	KindResume Kind = 6
 )
 
 func (k Kind) String() string {
@@ -61,6 +75,10 @@ func (k Kind) String() string {
 		return "cancel"
 	case KindExpire:
 		return "expire"
+	case KindSuspend:
+		return "suspend"
+	case KindResume:
+		return "resume"
 	}
 	return "unknown"
 }
@@ -101,6 +119,15 @@ type Record struct {
 type StartInfo struct {
 	Policy     policy.Descriptor
 	DeadlineMs int64
+	// Profile is the semantics profile the session is bound to; "" in
+	// records written before profiles existed (coord.StoredProfile maps it
+	// to coord.ProfileApril).
+	Profile string
+	// MaxSuspendMs is the bound cap on cumulative suspended time: the
+	// payload's max_suspend_ms, or Limits.DefaultMaxSuspendMs when that was
+	// 0. 0 in records written before suspension existed (such sessions
+	// never hold a suspension).
+	MaxSuspendMs int64
 }
 
 // Limits are the deployment parameters admission depends on. They are part
@@ -116,6 +143,25 @@ type Limits struct {
 	// runtime clock by more than this, because the timestamp determines the
 	// deadline (RFC-MACP-0003 §2). 0 disables the check.
 	MaxStartSkewMs int64
+	// Profile is the profile new sessions are bound to (coord.ProfileApril
+	// when empty). It is a deployment setting read only by Start; a
+	// restored session uses the profile its start record holds.
+	Profile string
+	// MaxSuspendMs caps SessionStart.max_suspend_ms and is the cap bound
+	// when a SessionStart leaves it 0 (DefaultMaxSuspend when 0), so a
+	// client cannot keep a session alive without bound.
+	MaxSuspendMs int64
+}
+
+// DefaultMaxSuspend is MaxSuspendMs when a deployment sets none: 7 days, as
+// the reference runtime's MAX_SUSPEND_MS (RFC-MACP-0001 §7.5).
+const DefaultMaxSuspend int64 = 7 * 24 * 60 * 60 * 1000
+
+func (l Limits) maxSuspend() int64 {
+	if l.MaxSuspendMs > 0 {
+		return l.MaxSuspendMs
+	}
+	return DefaultMaxSuspend
 }
 
 // DefaultLimits are the documented defaults.

@@ -162,7 +162,7 @@ func ValidSessionID(id string) bool {
 // filtering List: fn sees the OPEN and the quarantined sessions only.
 func OpenOnly(fn func(SessionInfo) error) func(SessionInfo) error {
 	return func(info SessionInfo) error {
-		if info.Status != session.Open && info.Quarantined == "" {
+		if info.Status.Terminal() && info.Quarantined == "" {
 			return nil
 		}
 		return fn(info)

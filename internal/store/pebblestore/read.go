@@ -365,7 +365,7 @@ func (s *Store) ListOpen(ctx context.Context, fn func(store.SessionInfo) error) 
 	}
 	defer s.leave()
 	filtered := func(info store.SessionInfo) error {
-		if info.Status != session.Open && info.Quarantined == "" {
+		if info.Status.Terminal() && info.Quarantined == "" {
 			return nil
 		}
 		return fn(info)

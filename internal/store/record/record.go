@@ -121,6 +121,8 @@ func fillStart(st *storev1.StartInfo, pol *storev1.PolicyDescriptor, si *session
 	pol.Id, pol.Mode, pol.Description, pol.Rules, pol.SchemaVersion = p.ID, p.Mode, p.Description, p.Rules, p.SchemaVersion
 	st.Policy = pol
 	st.DeadlineMs = si.DeadlineMs
+	st.Profile = si.Profile
+	st.MaxSuspendMs = si.MaxSuspendMs
 }
 
 // fromProto converts a decoded record (without hashes).
@@ -134,14 +136,14 @@ func fromProto(pb *storev1.Record) (session.Record, error) {
 		Status:       session.Status(pb.Status),
 		Final:        pb.Final,
 	}
-	if pb.Kind < storev1.RecordKind_RECORD_KIND_START || pb.Kind > storev1.RecordKind_RECORD_KIND_EXPIRE {
+	if pb.Kind < storev1.RecordKind_RECORD_KIND_START || pb.Kind > storev1.RecordKind_RECORD_KIND_RESUME {
 		return rec, fmt.Errorf("unknown record kind %d", pb.Kind)
 	}
-	if pb.Status < 0 || pb.Status > macpv1.SessionState_SESSION_STATE_EXPIRED {
+	if pb.Status < 0 || pb.Status > macpv1.SessionState_SESSION_STATE_CANCELLED {
 		return rec, fmt.Errorf("unknown status %d", pb.Status)
 	}
 	if pb.Start != nil {
-		rec.Start = &session.StartInfo{DeadlineMs: pb.Start.DeadlineMs}
+		rec.Start = &session.StartInfo{DeadlineMs: pb.Start.DeadlineMs, Profile: pb.Start.Profile, MaxSuspendMs: pb.Start.MaxSuspendMs}
 		if p := pb.Start.Policy; p != nil {
 			rec.Start.Policy = policy.Descriptor{
 				ID: p.Id, Mode: p.Mode, Description: p.Description, Rules: p.Rules, SchemaVersion: p.SchemaVersion,
@@ -367,7 +369,7 @@ func DecodeIndex(b []byte, sessionID string) (store.SessionInfo, error) {
 		return info, Corruptf(sessionID, 0, "index entry names session %q", pb.SessionId)
 	case pb.LastSeq == 0:
 		return info, Corruptf(sessionID, 0, "index entry has no last record")
-	case pb.Status < 0 || pb.Status > macpv1.SessionState_SESSION_STATE_EXPIRED:
+	case pb.Status < 0 || pb.Status > macpv1.SessionState_SESSION_STATE_CANCELLED:
 		return info, Corruptf(sessionID, 0, "index entry has unknown status %d", pb.Status)
 	}
 	return info, nil

@@ -34,6 +34,8 @@ const (
 	RecordKind_RECORD_KIND_MESSAGE     RecordKind = 2 // an accepted session-scoped envelope
 	RecordKind_RECORD_KIND_CANCEL      RecordKind = 3 // the runtime's SessionCancel envelope
 	RecordKind_RECORD_KIND_EXPIRE      RecordKind = 4 // TTL expiry; no envelope
+	RecordKind_RECORD_KIND_SUSPEND     RecordKind = 5 // the runtime's SessionSuspend envelope
+	RecordKind_RECORD_KIND_RESUME      RecordKind = 6 // the runtime's SessionResume envelope
 )
 
 // Enum value maps for RecordKind.
@@ -44,6 +46,8 @@ var (
 		2: "RECORD_KIND_MESSAGE",
 		3: "RECORD_KIND_CANCEL",
 		4: "RECORD_KIND_EXPIRE",
+		5: "RECORD_KIND_SUSPEND",
+		6: "RECORD_KIND_RESUME",
 	}
 	RecordKind_value = map[string]int32{
 		"RECORD_KIND_UNSPECIFIED": 0,
@@ -51,6 +55,8 @@ var (
 		"RECORD_KIND_MESSAGE":     2,
 		"RECORD_KIND_CANCEL":      3,
 		"RECORD_KIND_EXPIRE":      4,
+		"RECORD_KIND_SUSPEND":     5,
+		"RECORD_KIND_RESUME":      6,
 	}
 )
 
@@ -162,9 +168,17 @@ func (x *PolicyDescriptor) GetSchemaVersion() uint32 {
 // StartInfo is what replay needs beyond the SessionStart envelope
 // (session.StartInfo).
 type StartInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Policy        *PolicyDescriptor      `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
-	DeadlineMs    int64                  `protobuf:"varint,2,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Policy     *PolicyDescriptor      `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	DeadlineMs int64                  `protobuf:"varint,2,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"`
+	// profile is the semantics profile the session is bound to
+	// (coord.ProfileApril or coord.ProfileLatest); empty in records written
+	// before profiles existed, which are ProfileApril.
+	Profile string `protobuf:"bytes,3,opt,name=profile,proto3" json:"profile,omitempty"`
+	// max_suspend_ms is the bound cap on cumulative suspended time (the
+	// payload's value, or the deployment default when it was 0); 0 in
+	// records written before suspension existed (they hold no suspension).
+	MaxSuspendMs  int64 `protobuf:"varint,4,opt,name=max_suspend_ms,json=maxSuspendMs,proto3" json:"max_suspend_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -209,6 +223,20 @@ func (x *StartInfo) GetPolicy() *PolicyDescriptor {
 func (x *StartInfo) GetDeadlineMs() int64 {
 	if x != nil {
 		return x.DeadlineMs
+	}
+	return 0
+}
+
+func (x *StartInfo) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *StartInfo) GetMaxSuspendMs() int64 {
+	if x != nil {
+		return x.MaxSuspendMs
 	}
 	return 0
 }
@@ -435,11 +463,13 @@ const file_macpd_store_v1_record_proto_rawDesc = "" +
 	"\x04mode\x18\x02 \x01(\tR\x04mode\x12 \n" +
 	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x14\n" +
 	"\x05rules\x18\x04 \x01(\tR\x05rules\x12%\n" +
-	"\x0eschema_version\x18\x05 \x01(\rR\rschemaVersion\"f\n" +
+	"\x0eschema_version\x18\x05 \x01(\rR\rschemaVersion\"\xa6\x01\n" +
 	"\tStartInfo\x128\n" +
 	"\x06policy\x18\x01 \x01(\v2 .macpd.store.v1.PolicyDescriptorR\x06policy\x12\x1f\n" +
 	"\vdeadline_ms\x18\x02 \x01(\x03R\n" +
-	"deadlineMs\"\xff\x02\n" +
+	"deadlineMs\x12\x18\n" +
+	"\aprofile\x18\x03 \x01(\tR\aprofile\x12$\n" +
+	"\x0emax_suspend_ms\x18\x04 \x01(\x03R\fmaxSuspendMs\"\xff\x02\n" +
 	"\x06Record\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -459,14 +489,16 @@ const file_macpd_store_v1_record_proto_rawDesc = "" +
 	"\x06status\x18\x03 \x01(\x0e2\x15.macp.v1.SessionStateR\x06status\x12(\n" +
 	"\x10last_accepted_ms\x18\x04 \x01(\x03R\x0elastAcceptedMs\x12\x1b\n" +
 	"\tlast_hash\x18\x05 \x01(\fR\blastHash\x12.\n" +
-	"\x05final\x18\x06 \x01(\v2\x18.macp.v1.SessionMetadataR\x05final*\x89\x01\n" +
+	"\x05final\x18\x06 \x01(\v2\x18.macp.v1.SessionMetadataR\x05final*\xba\x01\n" +
 	"\n" +
 	"RecordKind\x12\x1b\n" +
 	"\x17RECORD_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11RECORD_KIND_START\x10\x01\x12\x17\n" +
 	"\x13RECORD_KIND_MESSAGE\x10\x02\x12\x16\n" +
 	"\x12RECORD_KIND_CANCEL\x10\x03\x12\x16\n" +
-	"\x12RECORD_KIND_EXPIRE\x10\x04b\x06proto3"
+	"\x12RECORD_KIND_EXPIRE\x10\x04\x12\x17\n" +
+	"\x13RECORD_KIND_SUSPEND\x10\x05\x12\x16\n" +
+	"\x12RECORD_KIND_RESUME\x10\x06b\x06proto3"
 
 var (
 	file_macpd_store_v1_record_proto_rawDescOnce sync.Once
