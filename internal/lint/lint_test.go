@@ -29,6 +29,7 @@ import (
 // corePackages are the pure core, relative to the module root. A trailing
 // "/..." includes every sub-package.
 var corePackages = []string{
+	"internal/cmthash",
 	"internal/coord",
 	"internal/mode/...",
 	"internal/policy",

@@ -13,8 +13,9 @@ const SpecCommit = "17ca7a16ef73640bbdde36d044dd5f911ae0f65b"
 
 // Environment variables that point the tests at a spec checkout elsewhere.
 const (
-	ConformanceDirEnv = "MACP_CONFORMANCE_DIR" // the spec's schemas/conformance
-	SpecProtoDirEnv   = "MACP_SPEC_PROTO_DIR"  // the spec's schemas/proto
+	ConformanceDirEnv       = "MACP_CONFORMANCE_DIR"        // the spec's schemas/conformance at SpecCommit
+	ConformanceLatestDirEnv = "MACP_CONFORMANCE_LATEST_DIR" // the spec's newest fixtures and cmt-hash vectors
+	SpecProtoDirEnv         = "MACP_SPEC_PROTO_DIR"         // a spec schemas/proto tree (see gen/drift_test.go)
 )
 
 // RepoRoot returns the directory of the repository's go.mod, found by
@@ -64,6 +65,30 @@ func ConformanceDir(t testing.TB) string {
 	t.Fatalf("the MACP spec's conformance fixtures were not found (looked in %q).\n"+
 		"Run `make spec` to fetch the spec at the pinned commit %s into .spec/, "+
 		"or set %s to a checkout's schemas/conformance directory.", tried, SpecCommit[:7], ConformanceDirEnv)
+	return ""
+}
+
+// ConformanceLatestDir returns the directory of the spec's newest
+// conformance fixtures (the new format: fully-qualified payload_type
+// names, inline policy blocks) with the RFC-MACP-0013 commitment-hash
+// vectors in its cmt-hash/ sub-directory: $MACP_CONFORMANCE_LATEST_DIR
+// when set, else ../shared/conformance-latest beside the checkout. It is
+// never copied into this repository and `make spec` does not fetch it
+// (it gathers files from several spec commits, see its README.md). When
+// the directory holds no fixtures the test fails, saying where it looked:
+// the tests that read it never skip.
+func ConformanceLatestDir(t testing.TB) string {
+	t.Helper()
+	d := filepath.Join(RepoRoot(t), "..", "shared", "conformance-latest")
+	if e := os.Getenv(ConformanceLatestDirEnv); e != "" {
+		d = e
+	}
+	if m, _ := filepath.Glob(filepath.Join(d, "*.json")); len(m) > 0 {
+		return d
+	}
+	t.Fatalf("the MACP spec's newest conformance fixtures were not found (looked in %q).\n"+
+		"Put them in ../shared/conformance-latest beside the checkout, "+
+		"or set %s to a directory holding them (with the commitment-hash vectors in cmt-hash/).", d, ConformanceLatestDirEnv)
 	return ""
 }
 
