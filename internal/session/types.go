@@ -116,6 +116,7 @@ type Limits struct {
 	// runtime clock by more than this, because the timestamp determines the
 	// deadline (RFC-MACP-0003 §2). 0 disables the check.
 	MaxStartSkewMs int64
+	Profile        string // profile new sessions are bound to; "" = coord.ProfileApril
 }
 
 // DefaultLimits are the documented defaults.
