@@ -15,7 +15,8 @@ const SpecCommit = "17ca7a16ef73640bbdde36d044dd5f911ae0f65b"
 const (
 	ConformanceDirEnv       = "MACP_CONFORMANCE_DIR"        // the spec's schemas/conformance at SpecCommit
 	ConformanceLatestDirEnv = "MACP_CONFORMANCE_LATEST_DIR" // the spec's newest fixtures and cmt-hash vectors
-	SpecProtoDirEnv         = "MACP_SPEC_PROTO_DIR"         // a spec schemas/proto tree (see gen/drift_test.go)
+	SpecProtoDirEnv         = "MACP_SPEC_PROTO_DIR"         // a schemas/proto tree of macp-proto 0.1.6 (gen/drift_test.go)
+	SpecAprilProtoDirEnv    = "MACP_SPEC_APRIL_PROTO_DIR"   // the spec's schemas/proto at SpecCommit
 )
 
 // RepoRoot returns the directory of the repository's go.mod, found by
@@ -92,15 +93,26 @@ func ConformanceLatestDir(t testing.TB) string {
 	return ""
 }
 
-// SpecProtoDir returns the spec's schemas/proto directory when one is at
-// hand ($MACP_SPEC_PROTO_DIR, else .spec/schemas/proto), or "" when not;
-// a set variable that names no directory fails the test.
+// SpecProtoDir returns the schemas/proto tree of macp-proto 0.1.6 that
+// proto/macp/ must equal ($MACP_SPEC_PROTO_DIR: the spec's schemas/proto at
+// d0f9220 plus the four 0.1.4-0.1.6 additions, see the header of
+// gen/testdata/spec-protos-0.1.6.txtpb), or "" when the variable is unset;
+// without it gen's tests compare with that golden only. A set variable
+// that names no directory fails the test.
 func SpecProtoDir(t testing.TB) string {
 	t.Helper()
-	if d := os.Getenv(SpecProtoDirEnv); d != "" {
-		if st, err := os.Stat(d); err != nil || !st.IsDir() {
-			t.Fatalf("%s=%s is not a directory", SpecProtoDirEnv, d)
-		}
+	return protoDirFromEnv(t, SpecProtoDirEnv)
+}
+
+// SpecAprilProtoDir returns the spec's schemas/proto at SpecCommit (the
+// April baseline, every element of which proto/macp/ must keep unchanged):
+// $MACP_SPEC_APRIL_PROTO_DIR when set, else .spec/schemas/proto (written by
+// `make spec`), or "" when neither exists; without it gen's tests compare
+// with the golden gen/testdata/spec-protos-april.txtpb only. A set variable
+// that names no directory fails the test.
+func SpecAprilProtoDir(t testing.TB) string {
+	t.Helper()
+	if d := protoDirFromEnv(t, SpecAprilProtoDirEnv); d != "" {
 		return d
 	}
 	d := filepath.Join(RepoRoot(t), ".spec", "schemas", "proto")
@@ -108,4 +120,16 @@ func SpecProtoDir(t testing.TB) string {
 		return d
 	}
 	return ""
+}
+
+func protoDirFromEnv(t testing.TB, env string) string {
+	t.Helper()
+	d := os.Getenv(env)
+	if d == "" {
+		return ""
+	}
+	if st, err := os.Stat(d); err != nil || !st.IsDir() {
+		t.Fatalf("%s=%s is not a directory", env, d)
+	}
+	return d
 }
