@@ -319,3 +319,32 @@ func TestValidateRef(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptySupersedesSurvivesTheWire: a set but empty CommitmentRef is
+// still set after a protobuf round trip (field 9 with length 0), so a
+// receiver hashes it as vector 004, not 003.
+func TestEmptySupersedesSurvivesTheWire(t *testing.T) {
+	vs := loadVectors(t)
+	b, err := proto.Marshal(&macpv1.CommitmentPayload{Supersedes: &macpv1.CommitmentRef{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p macpv1.CommitmentPayload
+	if err := proto.Unmarshal(b, &p); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := cmthash.Hash(&p); err != nil || h != vs["cmt_hash_004_empty_supersedes"].Hash {
+		t.Errorf("hash %s (%v), expected vector 004's %s", h, err, vs["cmt_hash_004_empty_supersedes"].Hash)
+	}
+	b, err = proto.Marshal(&macpv1.CommitmentPayload{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Reset()
+	if err := proto.Unmarshal(b, &p); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := cmthash.Hash(&p); err != nil || h != vs["cmt_hash_003_all_empty"].Hash {
+		t.Errorf("hash %s (%v), expected vector 003's %s", h, err, vs["cmt_hash_003_all_empty"].Hash)
+	}
+}

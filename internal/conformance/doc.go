@@ -28,7 +28,7 @@
 // "duplicate" (ok=true, duplicate=true), payload_b64 (raw payload bytes
 // instead of payload), mode (override the envelope mode), action "cancel"
 // (CancelSession by sender with reason) or "wait" (wait_ms of time passes:
-// slept over gRPC, a clock step in-process). A fixture may set
+// slept, in-process too, so TTL timers fire as in production). A fixture may set
 // "start_expect": "reject" with "start_expected_error_code" to test
 // SessionStart rejections, and "start_extra" to merge extra
 // SessionStartPayload fields.
