@@ -1,16 +1,24 @@
 package gen_test
 
-// These tests keep three things in lock-step without needing protoc:
+// These tests keep four things in lock-step without needing protoc:
 //
 //   - proto/**.proto, compiled in-process with protocompile,
 //   - the descriptors embedded in the committed generated code under gen/,
-//   - the MACP spec's own .proto files at the pinned commit (a golden
-//     compiled from them; the spec itself with make spec or MACP_SPEC_PROTO_DIR).
+//   - the wire surface of macp-proto 0.1.6, which proto/macp/ is: a golden
+//     (testdata/spec-protos-0.1.6.txtpb) compiled from a spec tree holding
+//     the spec's schemas/proto at d0f9220 plus the four 0.1.4-0.1.6 additions
+//     (TestMatchesSpecProtos; the tree itself with MACP_SPEC_PROTO_DIR),
+//   - the April baseline, the spec's protos at testutil.SpecCommit (17ca7a1):
+//     a golden (testdata/spec-protos-april.txtpb) of which every element must
+//     still be in proto/ unchanged, so April clients keep working
+//     (TestAprilSurfacePreserved; the spec itself with make spec or
+//     MACP_SPEC_APRIL_PROTO_DIR).
 //
 // proto/ holds two trees: macp/ (the protocol, wire-identical to the spec)
 // and macpd/ (macpd's internal formats, e.g. the store's records). The
-// source/generated drift check covers both; the spec-identity checks
-// (TestMatchesSpecProtos, TestWireIdentity) cover macp/ only.
+// source/generated drift check covers both; the spec checks
+// (TestMatchesSpecProtos, TestAprilSurfacePreserved, TestWireIdentity)
+// cover macp/ only.
 
 import (
 	"context"
@@ -35,6 +43,7 @@ import (
 
 	decisionv1 "github.com/macpd/macpd/gen/macp/modes/decision/v1"
 	handoffv1 "github.com/macpd/macpd/gen/macp/modes/handoff/v1"
+	multi_roundv1 "github.com/macpd/macpd/gen/macp/modes/multi_round/v1"
 	proposalv1 "github.com/macpd/macpd/gen/macp/modes/proposal/v1"
 	quorumv1 "github.com/macpd/macpd/gen/macp/modes/quorum/v1"
 	taskv1 "github.com/macpd/macpd/gen/macp/modes/task/v1"
@@ -205,6 +214,7 @@ func TestGoPackages(t *testing.T) {
 		{taskv1.TaskRequestPayload{}, base + "modes/task/v1", taskv1.File_macp_modes_task_v1_task_proto, "macp/modes/task/v1/task.proto"},
 		{handoffv1.HandoffOfferPayload{}, base + "modes/handoff/v1", handoffv1.File_macp_modes_handoff_v1_handoff_proto, "macp/modes/handoff/v1/handoff.proto"},
 		{quorumv1.ApprovalRequestPayload{}, base + "modes/quorum/v1", quorumv1.File_macp_modes_quorum_v1_quorum_proto, "macp/modes/quorum/v1/quorum.proto"},
+		{multi_roundv1.ContributePayload{}, base + "modes/multi_round/v1", multi_roundv1.File_macp_modes_multi_round_v1_multi_round_proto, "macp/modes/multi_round/v1/multi_round.proto"},
 		// macpd's internal formats.
 		{storev1.Record{}, "github.com/macpd/macpd/gen/macpd/store/v1", storev1.File_macpd_store_v1_record_proto, "macpd/store/v1/record.proto"},
 	} {
@@ -234,6 +244,7 @@ const (
 	msg    = protoreflect.MessageKind
 	enm    = protoreflect.EnumKind
 	i64    = protoreflect.Int64Kind
+	i32    = protoreflect.Int32Kind
 	u32    = protoreflect.Uint32Kind
 	u64    = protoreflect.Uint64Kind
 	boolK  = protoreflect.BoolKind
@@ -260,7 +271,26 @@ var wireTable = []wantField{
 	{field: "macp.v1.SessionStartPayload.context_id", number: 8, kind: str},
 	{field: "macp.v1.SessionStartPayload.extensions", number: 9, kind: msg, repeated: true, mapKV: [2]protoreflect.Kind{str, byt}},
 	{field: "macp.v1.SessionCancelPayload.cancelled_by", number: 2, kind: str},
+	{field: "macp.v1.SessionStartPayload.max_suspend_ms", number: 10, kind: i64},
+	{field: "macp.v1.SessionSuspendPayload.reason", number: 1, kind: str},
+	{field: "macp.v1.SessionSuspendPayload.suspended_by", number: 2, kind: str},
+	{field: "macp.v1.SessionResumePayload.reason", number: 1, kind: str},
+	{field: "macp.v1.SessionResumePayload.resumed_by", number: 2, kind: str},
+	{field: "macp.v1.SessionResumePayload.banked_ms", number: 3, kind: i64},
 	{field: "macp.v1.CommitmentPayload.outcome_positive", number: 8, kind: boolK},
+	{field: "macp.v1.CommitmentPayload.supersedes", number: 9, kind: msg, typeName: "macp.v1.CommitmentRef"},
+	{field: "macp.v1.CommitmentRef.session_id", number: 1, kind: str},
+	{field: "macp.v1.CommitmentRef.commitment_hash", number: 2, kind: str},
+	{field: "macp.v1.SuspendSessionRequest.session_id", number: 1, kind: str},
+	{field: "macp.v1.SuspendSessionRequest.reason", number: 2, kind: str},
+	{field: "macp.v1.SuspendSessionResponse.ack", number: 1, kind: msg, typeName: "macp.v1.Ack"},
+	{field: "macp.v1.ResumeSessionRequest.session_id", number: 1, kind: str},
+	{field: "macp.v1.ResumeSessionRequest.reason", number: 2, kind: str},
+	{field: "macp.v1.ResumeSessionResponse.ack", number: 1, kind: msg, typeName: "macp.v1.Ack"},
+	{field: "macp.v1.ListSessionsRequest.page_size", number: 1, kind: i32},
+	{field: "macp.v1.ListSessionsRequest.page_token", number: 2, kind: str},
+	{field: "macp.v1.ListSessionsResponse.sessions", number: 1, kind: msg, repeated: true, typeName: "macp.v1.SessionMetadata"},
+	{field: "macp.v1.ListSessionsResponse.next_page_token", number: 2, kind: str},
 	{field: "macp.v1.ParticipantActivity.last_message_at_unix_ms", number: 2, kind: i64},
 	{field: "macp.v1.ParticipantActivity.message_count", number: 3, kind: u32},
 	{field: "macp.v1.SessionMetadata.state", number: 3, kind: enm, typeName: "macp.v1.SessionState"},
@@ -287,15 +317,19 @@ var wireTable = []wantField{
 	{field: "macp.modes.task.v1.TaskUpdatePayload.progress", number: 3, kind: double},
 	{field: "macp.modes.task.v1.TaskFailPayload.retryable", number: 5, kind: boolK},
 	{field: "macp.modes.handoff.v1.HandoffContextPayload.context", number: 3, kind: byt},
+	{field: "macp.modes.handoff.v1.HandoffAcceptPayload.implicit", number: 4, kind: boolK},
+	{field: "macp.modes.multi_round.v1.ContributePayload.value", number: 1, kind: str},
 	{field: "macp.modes.quorum.v1.ApprovalRequestPayload.required_approvals", number: 5, kind: u32},
 }
 
 var wantEnums = map[protoreflect.FullName][]string{
 	"macp.v1.SessionState": {
 		"SESSION_STATE_UNSPECIFIED", "SESSION_STATE_OPEN", "SESSION_STATE_RESOLVED", "SESSION_STATE_EXPIRED",
+		"SESSION_STATE_SUSPENDED", "SESSION_STATE_CANCELLED",
 	},
 	"macp.v1.SessionLifecycleEvent.EventType": {
 		"EVENT_TYPE_UNSPECIFIED", "EVENT_TYPE_CREATED", "EVENT_TYPE_RESOLVED", "EVENT_TYPE_EXPIRED",
+		"EVENT_TYPE_SUSPENDED", "EVENT_TYPE_RESUMED", "EVENT_TYPE_CANCELLED",
 	},
 }
 
@@ -309,6 +343,8 @@ var wantMethods = []struct {
 	{"StreamSession", true, true},
 	{"GetSession", false, false},
 	{"CancelSession", false, false},
+	{"SuspendSession", false, false},
+	{"ResumeSession", false, false},
 	{"GetManifest", false, false},
 	{"ListModes", false, false},
 	{"WatchModeRegistry", false, true},
@@ -405,8 +441,8 @@ func TestWireIdentity(t *testing.T) {
 		t.Fatalf("service not registered: %v", err)
 	}
 	methods := sd.(protoreflect.ServiceDescriptor).Methods()
-	if methods.Len() != 22 || len(wantMethods) != 22 {
-		t.Errorf("MACPRuntimeService has %d methods, want 22", methods.Len())
+	if methods.Len() != 24 || len(wantMethods) != 24 {
+		t.Errorf("MACPRuntimeService has %d methods, want 24", methods.Len())
 	}
 	for i := 0; i < methods.Len() && i < len(wantMethods); i++ {
 		m, w := methods.Get(i), wantMethods[i]
@@ -421,41 +457,75 @@ func TestWireIdentity(t *testing.T) {
 		}
 	}
 	// The gRPC method names used on the wire.
-	if got, want := macpv1.MACPRuntimeService_StreamSession_FullMethodName, "/macp.v1.MACPRuntimeService/StreamSession"; got != want {
-		t.Errorf("StreamSession full method name %q, want %q", got, want)
+	for got, want := range map[string]string{
+		macpv1.MACPRuntimeService_StreamSession_FullMethodName:  "/macp.v1.MACPRuntimeService/StreamSession",
+		macpv1.MACPRuntimeService_SuspendSession_FullMethodName: "/macp.v1.MACPRuntimeService/SuspendSession",
+		macpv1.MACPRuntimeService_ResumeSession_FullMethodName:  "/macp.v1.MACPRuntimeService/ResumeSession",
+	} {
+		if got != want {
+			t.Errorf("full method name %q, want %q", got, want)
+		}
 	}
 }
 
-// specGolden is the spec's macp/ protos at testutil.SpecCommit, compiled
-// and normalised (a FileDescriptorSet in text form, sorted by path): the
-// spec's wire contract without its comments, so the comparison below runs
-// on every machine, CI included. Regenerate it from a spec checkout with
-// `make spec && go test ./gen -run TestMatchesSpecProtos -update-spec-golden`.
-const specGolden = "testdata/spec-protos.txtpb"
+// The goldens are FileDescriptorSets in text form, sorted by path: a
+// proto tree's macp/ files compiled and normalised (no comments), so the
+// comparisons run on every machine, CI included.
+const (
+	// specGolden is the macp-proto 0.1.6 surface proto/macp/ implements:
+	// the spec's schemas/proto at specHead plus the four additions of
+	// macp-proto 0.1.4-0.1.6 (see specGoldenHeader). Regenerate it from such
+	// a tree with
+	// `MACP_SPEC_PROTO_DIR=<tree> go test ./gen -run TestMatchesSpecProtos -update-spec-golden`.
+	specGolden = "testdata/spec-protos-0.1.6.txtpb"
+	// aprilGolden is the spec's macp/ protos at testutil.SpecCommit
+	// (17ca7a1), the April baseline. Regenerate it from a checkout at that
+	// commit with `make spec && go test ./gen -run TestAprilSurfacePreserved -update-april-golden`.
+	aprilGolden = "testdata/spec-protos-april.txtpb"
+	// specHead is the newest commit of the spec's schemas/proto that the
+	// 0.1.6 golden's tree starts from.
+	specHead = "d0f9220"
+)
 
-var updateSpecGolden = flag.Bool("update-spec-golden", false, "rewrite "+specGolden+" from the spec's protos (needs make spec or MACP_SPEC_PROTO_DIR)")
+// specGoldenHeader says exactly what the 0.1.6 golden is.
+const specGoldenHeader = `# macp-proto 0.1.6, the wire surface of proto/macp/: compiled and normalised (gen/drift_test.go) from
+# a reconstructed spec tree = the MACP spec's schemas/proto at ` + specHead + ` (multiagentcoordinationprotocol/
+# multiagentcoordinationprotocol) plus the four wire additions of macp-proto 0.1.4-0.1.6 that the spec's
+# published package carries and its repository did not have at ` + specHead + `:
+#   1. macp/modes/multi_round/v1/multi_round.proto (new): ContributePayload { string value = 1 }
+#   2. macp.v1.SessionStartPayload.max_suspend_ms = 10 (int64)
+#   3. macp.modes.handoff.v1.HandoffAcceptPayload.implicit = 4 (bool)
+#   4. macp.v1.ListSessionsRequest.page_size = 1 (int32, macpd's choice of type), page_token = 2 (string);
+#      macp.v1.ListSessionsResponse.next_page_token = 2 (string)
+# Regenerate: MACP_SPEC_PROTO_DIR=<tree> go test ./gen -run TestMatchesSpecProtos -update-spec-golden
+`
 
-func readSpecGolden(t *testing.T) map[string]*descriptorpb.FileDescriptorProto {
+var (
+	updateSpecGolden  = flag.Bool("update-spec-golden", false, "rewrite "+specGolden+" from the tree at $"+testutil.SpecProtoDirEnv)
+	updateAprilGolden = flag.Bool("update-april-golden", false, "rewrite "+aprilGolden+" from the spec's protos at 17ca7a1 (make spec or $"+testutil.SpecAprilProtoDirEnv+")")
+)
+
+func readGolden(t *testing.T, path string) map[string]*descriptorpb.FileDescriptorProto {
 	t.Helper()
-	raw, err := os.ReadFile(specGolden)
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var set descriptorpb.FileDescriptorSet
 	if err := prototext.Unmarshal(raw, &set); err != nil {
-		t.Fatalf("%s: %v", specGolden, err)
+		t.Fatalf("%s: %v", path, err)
 	}
 	out := make(map[string]*descriptorpb.FileDescriptorProto, len(set.File))
 	for _, f := range set.File {
 		out[f.GetName()] = f
 	}
 	if len(out) == 0 {
-		t.Fatalf("%s holds no file", specGolden)
+		t.Fatalf("%s holds no file", path)
 	}
 	return out
 }
 
-func writeSpecGolden(t *testing.T, files map[string]*descriptorpb.FileDescriptorProto) {
+func writeGolden(t *testing.T, path, header string, files map[string]*descriptorpb.FileDescriptorProto) {
 	t.Helper()
 	var set descriptorpb.FileDescriptorSet
 	for _, p := range sortedKeys(files) {
@@ -465,8 +535,7 @@ func writeSpecGolden(t *testing.T, files map[string]*descriptorpb.FileDescriptor
 	if err != nil {
 		t.Fatal(err)
 	}
-	head := fmt.Sprintf("# The MACP spec's macp/ protos at %s, compiled and normalised (gen/drift_test.go).\n", testutil.SpecCommit)
-	if err := os.WriteFile(specGolden, append([]byte(head), b...), 0o644); err != nil {
+	if err := os.WriteFile(path, append([]byte(header), b...), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -492,25 +561,179 @@ func compareFiles(t *testing.T, label string, ref, ours map[string]*descriptorpb
 	}
 }
 
-// TestMatchesSpecProtos compares our .proto files with the MACP spec's at
-// the pinned commit, element by element: with the pinned golden always,
-// and, when a spec checkout is at hand (make spec, or MACP_SPEC_PROTO_DIR),
-// also the golden with the spec itself.
+// TestMatchesSpecProtos compares our .proto files with macp-proto 0.1.6
+// element by element: with the 0.1.6 golden always, and, when the
+// reconstructed spec tree is at hand (MACP_SPEC_PROTO_DIR), also the golden
+// with that tree.
 func TestMatchesSpecProtos(t *testing.T) {
 	ours := compileDir(t, protoDir, macpPrefix)
 	if dir := testutil.SpecProtoDir(t); dir != "" {
 		spec := compileDir(t, dir, macpPrefix)
 		if *updateSpecGolden {
-			writeSpecGolden(t, spec)
+			writeGolden(t, specGolden, specGoldenHeader, spec)
 		}
-		compareFiles(t, "the spec at "+dir, spec, readSpecGolden(t), specGolden)
-		compareFiles(t, "the spec at "+dir, spec, ours, protoDir)
+		compareFiles(t, "the spec tree at "+dir, spec, readGolden(t, specGolden), specGolden)
+		compareFiles(t, "the spec tree at "+dir, spec, ours, protoDir)
 	} else if *updateSpecGolden {
-		t.Fatal("-update-spec-golden needs the spec's protos: run make spec or set " + testutil.SpecProtoDirEnv)
+		t.Fatal("-update-spec-golden needs the macp-proto 0.1.6 tree: set " + testutil.SpecProtoDirEnv)
 	} else {
-		t.Logf("no spec checkout at hand: comparing with %s (pinned at %s)", specGolden, testutil.SpecCommit[:7])
+		t.Logf("no spec tree at hand (%s unset): comparing with %s", testutil.SpecProtoDirEnv, specGolden)
 	}
-	compareFiles(t, specGolden, readSpecGolden(t), ours, protoDir)
+	compareFiles(t, specGolden, readGolden(t, specGolden), ours, protoDir)
+}
+
+// TestSpecGoldenHeader keeps the 0.1.6 golden's header saying what it is.
+func TestSpecGoldenHeader(t *testing.T) {
+	raw, err := os.ReadFile(specGolden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(raw), specGoldenHeader) {
+		t.Errorf("%s does not start with the header in drift_test.go (specGoldenHeader); regenerate it", specGolden)
+	}
+	raw, err = os.ReadFile(aprilGolden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(raw), aprilGoldenHeader()) {
+		t.Errorf("%s does not start with %q", aprilGolden, aprilGoldenHeader())
+	}
+}
+
+func aprilGoldenHeader() string {
+	return fmt.Sprintf("# The MACP spec's macp/ protos at %s, compiled and normalised (gen/drift_test.go).\n", testutil.SpecCommit)
+}
+
+// TestAprilSurfacePreserved proves that nothing of the April baseline
+// (17ca7a1) was renumbered, retyped or removed, so April clients keep
+// working: every file, message (nested ones included), field (by name and
+// by number: number, type, label, type name, JSON name, oneof,
+// proto3_optional), enum value (name and number), service and method
+// (input, output, streaming) of the April golden is in proto/ unchanged.
+// Additions are allowed. When the spec at 17ca7a1 is at hand (make spec,
+// or MACP_SPEC_APRIL_PROTO_DIR), the golden is also compared with it.
+func TestAprilSurfacePreserved(t *testing.T) {
+	april := readGolden(t, aprilGolden)
+	if dir := testutil.SpecAprilProtoDir(t); dir != "" {
+		spec := compileDir(t, dir, macpPrefix)
+		if *updateAprilGolden {
+			writeGolden(t, aprilGolden, aprilGoldenHeader(), spec)
+			april = readGolden(t, aprilGolden)
+		}
+		compareFiles(t, "the spec at "+dir, spec, april, aprilGolden)
+	} else if *updateAprilGolden {
+		t.Fatal("-update-april-golden needs the spec's protos at 17ca7a1: run make spec or set " + testutil.SpecAprilProtoDirEnv)
+	}
+	ours := compileDir(t, protoDir, macpPrefix)
+	n := 0
+	for _, p := range sortedKeys(april) {
+		o, ok := ours[p]
+		if !ok {
+			t.Errorf("%s: April file missing from %s", p, protoDir)
+			continue
+		}
+		for _, d := range preserved(april[p], o) {
+			t.Errorf("%s: %s", p, d)
+		}
+		n++
+	}
+	if len(april) != 8 || n != len(april) {
+		t.Errorf("%d of %d April files checked, the April surface has 8", n, len(april))
+	}
+}
+
+// preserved lists every element of the April file a that b lacks or has
+// changed.
+func preserved(a, b *descriptorpb.FileDescriptorProto) []string {
+	var out []string
+	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	if a.GetPackage() != b.GetPackage() || a.GetSyntax() != b.GetSyntax() {
+		add("package/syntax %s/%s became %s/%s", a.GetPackage(), a.GetSyntax(), b.GetPackage(), b.GetSyntax())
+	}
+	var msgs func(prefix string, am, bm []*descriptorpb.DescriptorProto)
+	var enums func(prefix string, ae, be []*descriptorpb.EnumDescriptorProto)
+	enums = func(prefix string, ae, be []*descriptorpb.EnumDescriptorProto) {
+		for _, e := range ae {
+			name := prefix + "." + e.GetName()
+			i := slices.IndexFunc(be, func(x *descriptorpb.EnumDescriptorProto) bool { return x.GetName() == e.GetName() })
+			if i < 0 {
+				add("enum %s removed", name)
+				continue
+			}
+			for _, v := range e.GetValue() {
+				j := slices.IndexFunc(be[i].GetValue(), func(x *descriptorpb.EnumValueDescriptorProto) bool { return x.GetName() == v.GetName() })
+				if j < 0 {
+					add("enum value %s.%s removed", name, v.GetName())
+				} else if got := be[i].GetValue()[j].GetNumber(); got != v.GetNumber() {
+					add("enum value %s.%s renumbered %d -> %d", name, v.GetName(), v.GetNumber(), got)
+				}
+			}
+		}
+	}
+	oneof := func(m *descriptorpb.DescriptorProto, f *descriptorpb.FieldDescriptorProto) string {
+		if f.OneofIndex == nil {
+			return ""
+		}
+		return m.GetOneofDecl()[f.GetOneofIndex()].GetName()
+	}
+	msgs = func(prefix string, am, bm []*descriptorpb.DescriptorProto) {
+		for _, m := range am {
+			name := prefix + "." + m.GetName()
+			i := slices.IndexFunc(bm, func(x *descriptorpb.DescriptorProto) bool { return x.GetName() == m.GetName() })
+			if i < 0 {
+				add("message %s removed", name)
+				continue
+			}
+			n := bm[i]
+			for _, f := range m.GetField() {
+				fname := name + "." + f.GetName()
+				k := slices.IndexFunc(n.GetField(), func(x *descriptorpb.FieldDescriptorProto) bool { return x.GetNumber() == f.GetNumber() })
+				if k >= 0 && n.GetField()[k].GetName() != f.GetName() {
+					add("field number %s = %d now belongs to %s", fname, f.GetNumber(), n.GetField()[k].GetName())
+				}
+				j := slices.IndexFunc(n.GetField(), func(x *descriptorpb.FieldDescriptorProto) bool { return x.GetName() == f.GetName() })
+				if j < 0 {
+					add("field %s (%d) removed", fname, f.GetNumber())
+					continue
+				}
+				g := n.GetField()[j]
+				if g.GetNumber() != f.GetNumber() || g.GetType() != f.GetType() || g.GetLabel() != f.GetLabel() ||
+					g.GetTypeName() != f.GetTypeName() || g.GetJsonName() != f.GetJsonName() ||
+					g.GetProto3Optional() != f.GetProto3Optional() || oneof(n, g) != oneof(m, f) {
+					add("field %s changed: April %d %v %v %s json=%s oneof=%q, now %d %v %v %s json=%s oneof=%q", fname,
+						f.GetNumber(), f.GetLabel(), f.GetType(), f.GetTypeName(), f.GetJsonName(), oneof(m, f),
+						g.GetNumber(), g.GetLabel(), g.GetType(), g.GetTypeName(), g.GetJsonName(), oneof(n, g))
+				}
+			}
+			msgs(name, m.GetNestedType(), n.GetNestedType())
+			enums(name, m.GetEnumType(), n.GetEnumType())
+		}
+	}
+	msgs(a.GetPackage(), a.GetMessageType(), b.GetMessageType())
+	enums(a.GetPackage(), a.GetEnumType(), b.GetEnumType())
+	for _, s := range a.GetService() {
+		name := a.GetPackage() + "." + s.GetName()
+		i := slices.IndexFunc(b.GetService(), func(x *descriptorpb.ServiceDescriptorProto) bool { return x.GetName() == s.GetName() })
+		if i < 0 {
+			add("service %s removed", name)
+			continue
+		}
+		for _, m := range s.GetMethod() {
+			j := slices.IndexFunc(b.GetService()[i].GetMethod(), func(x *descriptorpb.MethodDescriptorProto) bool { return x.GetName() == m.GetName() })
+			if j < 0 {
+				add("method %s.%s removed", name, m.GetName())
+				continue
+			}
+			g := b.GetService()[i].GetMethod()[j]
+			if g.GetInputType() != m.GetInputType() || g.GetOutputType() != m.GetOutputType() ||
+				g.GetClientStreaming() != m.GetClientStreaming() || g.GetServerStreaming() != m.GetServerStreaming() {
+				add("method %s.%s changed: April %s -> %s (client stream %v, server stream %v), now %s -> %s (%v, %v)", name, m.GetName(),
+					m.GetInputType(), m.GetOutputType(), m.GetClientStreaming(), m.GetServerStreaming(),
+					g.GetInputType(), g.GetOutputType(), g.GetClientStreaming(), g.GetServerStreaming())
+			}
+		}
+	}
+	return out
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -665,4 +888,70 @@ func (d *differ) service(where string, w, g *descriptorpb.ServiceDescriptorProto
 			d.opts(mw+" options", wm.GetOptions(), gm.GetOptions())
 		})
 	d.opts(where+" options", w.GetOptions(), g.GetOptions())
+}
+
+// TestPreservedDetectsChanges: the April check reports a renumbered,
+// retyped or removed field, a field number reused by another name, a
+// renumbered or removed enum value, a changed method and a removed
+// message, and accepts additions.
+func TestPreservedDetectsChanges(t *testing.T) {
+	april := readGolden(t, aprilGolden)
+	core := april["macp/v1/core.proto"]
+	if core == nil {
+		t.Fatalf("%s has no macp/v1/core.proto", aprilGolden)
+	}
+	if d := preserved(core, core); len(d) != 0 {
+		t.Fatalf("core.proto differs from itself: %q", d)
+	}
+	find := func(f *descriptorpb.FileDescriptorProto, name string) *descriptorpb.DescriptorProto {
+		for _, m := range f.GetMessageType() {
+			if m.GetName() == name {
+				return m
+			}
+		}
+		t.Fatalf("no message %s", name)
+		return nil
+	}
+	mutations := map[string]struct {
+		mutate func(f *descriptorpb.FileDescriptorProto)
+		want   string
+	}{
+		"addition": {func(f *descriptorpb.FileDescriptorProto) {
+			m := find(f, "CommitmentPayload")
+			m.Field = append(m.Field, &descriptorpb.FieldDescriptorProto{Name: proto.String("extra"), Number: proto.Int32(99)})
+			f.MessageType = append(f.MessageType, &descriptorpb.DescriptorProto{Name: proto.String("NewMessage")})
+		}, ""},
+		"renumbered": {func(f *descriptorpb.FileDescriptorProto) {
+			find(f, "CommitmentPayload").Field[0].Number = proto.Int32(42)
+		}, "field macp.v1.CommitmentPayload.commitment_id changed"},
+		"retyped": {func(f *descriptorpb.FileDescriptorProto) {
+			find(f, "SessionStartPayload").Field[5].Type = descriptorpb.FieldDescriptorProto_TYPE_INT32.Enum()
+		}, "field macp.v1.SessionStartPayload.ttl_ms changed"},
+		"removed field": {func(f *descriptorpb.FileDescriptorProto) {
+			m := find(f, "CommitmentPayload")
+			m.Field = m.Field[1:]
+		}, "field macp.v1.CommitmentPayload.commitment_id (1) removed"},
+		"number reused": {func(f *descriptorpb.FileDescriptorProto) {
+			m := find(f, "CommitmentPayload")
+			m.Field[0].Name = proto.String("renamed")
+		}, "field number macp.v1.CommitmentPayload.commitment_id = 1 now belongs to renamed"},
+		"removed message": {func(f *descriptorpb.FileDescriptorProto) {
+			f.MessageType = slices.DeleteFunc(f.MessageType, func(m *descriptorpb.DescriptorProto) bool { return m.GetName() == "CommitmentPayload" })
+		}, "message macp.v1.CommitmentPayload removed"},
+		"enum value": {func(f *descriptorpb.FileDescriptorProto) {
+			ev := find(f, "SessionLifecycleEvent").EnumType[0].Value
+			ev[1].Number = proto.Int32(7)
+		}, "enum value macp.v1.SessionLifecycleEvent.EventType.EVENT_TYPE_CREATED renumbered 1 -> 7"},
+		"method": {func(f *descriptorpb.FileDescriptorProto) {
+			f.Service[0].Method[1].ServerStreaming = proto.Bool(true)
+		}, "method macp.v1.MACPRuntimeService.Send changed"},
+	}
+	for name, m := range mutations {
+		b := proto.Clone(core).(*descriptorpb.FileDescriptorProto)
+		m.mutate(b)
+		got := strings.Join(preserved(core, b), "\n")
+		if m.want == "" && got != "" || m.want != "" && !strings.Contains(got, m.want) {
+			t.Errorf("%s: reported %q, expected %q", name, got, m.want)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"time"
 
@@ -37,10 +38,25 @@ type Inspector interface {
 	CheckReplay(ctx context.Context, sessionID string) error
 }
 
+// PolicyRegistrar is implemented by targets that can register a
+// fixture's inline policy (RFC-MACP-0012 §7) before its SessionStart.
+type PolicyRegistrar interface {
+	// RegisterPolicy registers pd acting as sender; a refusal is an error
+	// (with the MACP code in its text when the target reports one).
+	RegisterPolicy(ctx context.Context, sender string, pd *macpv1.PolicyDescriptor) error
+	// GetPolicy returns the policy registered under id, or nil, nil when
+	// none is.
+	GetPolicy(ctx context.Context, sender, id string) (*macpv1.PolicyDescriptor, error)
+}
+
 // Result of one fixture.
 type Result struct {
 	Name     string
 	Failures []string
+	// Unchecked lists the fixture's expectations this target cannot
+	// check (mode state, resolution and replay need an Inspector): they
+	// are neither passed nor failed, and callers show them.
+	Unchecked []string
 }
 
 // Passed reports whether the fixture passed.
@@ -53,6 +69,10 @@ func (r *Result) failf(format string, args ...any) {
 // Run executes f against t in a fresh session sessionID.
 func Run(ctx context.Context, f *Fixture, t Target, sessionID string) Result {
 	res := Result{Name: f.Name}
+	if err := ensurePolicy(ctx, f, t); err != nil {
+		res.failf("policy: %v", err)
+		return res
+	}
 	startPayload, err := f.StartPayload()
 	if err != nil {
 		res.failf("SessionStart payload: %v", err)
@@ -67,10 +87,13 @@ func Run(ctx context.Context, f *Fixture, t Target, sessionID string) Result {
 		return res
 	}
 	if f.StartExpect == "reject" {
+		if !ack.Ok && f.StartExpectedErrorCode != "" && ack.GetError().GetCode() != f.StartExpectedErrorCode {
+			res.failf("SessionStart: expected reject %s, got reject %s (%s)", f.StartExpectedErrorCode,
+				ack.GetError().GetCode(), ack.GetError().GetMessage())
+			return res
+		}
 		if ack.Ok {
 			res.failf("SessionStart: accepted, expected rejection %s", f.StartExpectedErrorCode)
-		} else if f.StartExpectedErrorCode != "" && ack.GetError().GetCode() != f.StartExpectedErrorCode {
-			res.failf("SessionStart: rejected with %s, expected %s", ack.GetError().GetCode(), f.StartExpectedErrorCode)
 		}
 		return res
 	}
@@ -94,7 +117,7 @@ func Run(ctx context.Context, f *Fixture, t Target, sessionID string) Result {
 				res.failf("%s: transport error: %v", step, err)
 				continue
 			}
-			checkOutcome(&res, step, m, code == "", false, code)
+			checkOutcome(&res, step, m, code == "", false, code, "")
 			continue
 		}
 		env := &macpv1.Envelope{
@@ -121,7 +144,7 @@ func Run(ctx context.Context, f *Fixture, t Target, sessionID string) Result {
 			res.failf("%s: transport error: %v", step, err)
 			continue
 		}
-		checkOutcome(&res, step, m, ack.Ok, ack.Duplicate, ack.GetError().GetCode())
+		checkOutcome(&res, step, m, ack.Ok, ack.Duplicate, ack.GetError().GetCode(), ack.GetError().GetMessage())
 	}
 	md, err := t.GetSession(ctx, f.Initiator, sessionID)
 	if err != nil {
@@ -133,6 +156,15 @@ func Run(ctx context.Context, f *Fixture, t Target, sessionID string) Result {
 	}
 	in, ok := t.(Inspector)
 	if !ok {
+		if f.ExpectResolutionPresent != nil || f.ExpectedResolution != nil {
+			res.Unchecked = append(res.Unchecked, "resolution (needs an in-process target)")
+		}
+		if f.ExpectedModeState != nil {
+			res.Unchecked = append(res.Unchecked, "expected_mode_state (needs an in-process target)")
+		}
+		if f.VerifyReplayEquivalence != nil && *f.VerifyReplayEquivalence {
+			res.Unchecked = append(res.Unchecked, "verify_replay_equivalence (needs an in-process target)")
+		}
 		return res
 	}
 	if f.ExpectResolutionPresent != nil || f.ExpectedResolution != nil {
@@ -165,23 +197,91 @@ func Run(ctx context.Context, f *Fixture, t Target, sessionID string) Result {
 	return res
 }
 
-func checkOutcome(res *Result, step string, m Message, ok, dup bool, code string) {
+// checkOutcome compares one step's outcome with its expectation; a
+// failure names the step (message index, sender, message type), the
+// expected outcome and code, and the outcome got with its code and
+// message.
+func checkOutcome(res *Result, step string, m Message, ok, dup bool, code, msg string) {
+	got := "accept"
+	switch {
+	case ok && dup:
+		got = "duplicate"
+	case !ok:
+		got = "reject " + code
+		if msg != "" {
+			got += " (" + msg + ")"
+		}
+	}
+	want := m.Expect
+	if m.Expect == "reject" && m.ExpectedErrorCode != "" {
+		want = "reject " + m.ExpectedErrorCode
+	}
 	switch m.Expect {
 	case "accept":
 		if !ok || dup {
-			res.failf("%s: expected accept, got ok=%v duplicate=%v %s", step, ok, dup, code)
+			res.failf("%s: expected accept, got %s", step, got)
 		}
 	case "duplicate":
 		if !ok || !dup {
-			res.failf("%s: expected duplicate, got ok=%v duplicate=%v %s", step, ok, dup, code)
+			res.failf("%s: expected duplicate, got %s", step, got)
 		}
 	case "reject":
-		if ok {
-			res.failf("%s: expected reject (%s), got accept", step, m.ExpectedErrorCode)
-		} else if m.ExpectedErrorCode != "" && code != m.ExpectedErrorCode {
-			res.failf("%s: expected %s, got %s", step, m.ExpectedErrorCode, code)
+		if ok || (m.ExpectedErrorCode != "" && code != m.ExpectedErrorCode) {
+			res.failf("%s: expected %s, got %s", step, want, got)
 		}
 	}
+}
+
+// ensurePolicy registers f's inline policy on t before the transcript
+// runs. A policy id already registered with the same mode, schema version
+// (0 counts as 1) and rules (compared as JSON values) counts as
+// registered, so fixtures sharing a policy, runs in parallel and re-runs
+// against the same runtime pass; the same id with other rules fails the
+// fixture (policy ids are immutable, RFC-MACP-0012 §2.3).
+func ensurePolicy(ctx context.Context, f *Fixture, t Target) error {
+	pd, err := f.PolicyDescriptor()
+	if err != nil || pd == nil {
+		return err
+	}
+	reg, ok := t.(PolicyRegistrar)
+	if !ok {
+		return fmt.Errorf("the fixture carries policy %q and this target cannot register policies", pd.PolicyId)
+	}
+	have, err := reg.GetPolicy(ctx, f.Initiator, pd.PolicyId)
+	if err != nil {
+		return fmt.Errorf("GetPolicy %q: %v", pd.PolicyId, err)
+	}
+	if have == nil {
+		rerr := reg.RegisterPolicy(ctx, f.Initiator, pd)
+		if rerr == nil {
+			return nil
+		}
+		// Registered meanwhile (another fixture, in parallel)?
+		if have, err = reg.GetPolicy(ctx, f.Initiator, pd.PolicyId); err != nil || have == nil {
+			return fmt.Errorf("RegisterPolicy %q: %v", pd.PolicyId, rerr)
+		}
+	}
+	if d := policyDiff(pd, have); d != "" {
+		return fmt.Errorf("policy %q is already registered with other %s", pd.PolicyId, d)
+	}
+	return nil
+}
+
+// policyDiff names the first difference that matters between the wanted
+// and the registered descriptor ("" when equivalent).
+func policyDiff(want, have *macpv1.PolicyDescriptor) string {
+	sv := func(v uint32) uint32 { return max(v, 1) }
+	switch {
+	case want.Mode != have.Mode:
+		return fmt.Sprintf("mode (%q, fixture %q)", have.Mode, want.Mode)
+	case sv(want.SchemaVersion) != sv(have.SchemaVersion):
+		return fmt.Sprintf("schema_version (%d, fixture %d)", have.SchemaVersion, want.SchemaVersion)
+	}
+	var w, h any
+	if json.Unmarshal([]byte(want.Rules), &w) != nil || json.Unmarshal([]byte(have.Rules), &h) != nil || !reflect.DeepEqual(w, h) {
+		return fmt.Sprintf("rules (%s, fixture %s)", have.Rules, want.Rules)
+	}
+	return ""
 }
 
 // normalizeState accepts Open/Resolved/Expired and SESSION_STATE_* names.

@@ -2,11 +2,13 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -60,6 +62,31 @@ func (g GRPC) GetSession(ctx context.Context, sender, sessionID string) (*macpv1
 		return nil, err
 	}
 	return resp.GetMetadata(), nil
+}
+
+// RegisterPolicy implements PolicyRegistrar: a refusal (ok=false) is an
+// error carrying the runtime's text, which starts with the MACP code.
+func (g GRPC) RegisterPolicy(ctx context.Context, sender string, pd *macpv1.PolicyDescriptor) error {
+	resp, err := g.Client.RegisterPolicy(g.ctx(ctx, sender), &macpv1.RegisterPolicyRequest{PolicyDescriptor: pd}, grpc.WaitForReady(true))
+	if err != nil {
+		return err
+	}
+	if !resp.GetOk() {
+		return fmt.Errorf("refused: %s", resp.GetError())
+	}
+	return nil
+}
+
+// GetPolicy implements PolicyRegistrar: NOT_FOUND is no policy.
+func (g GRPC) GetPolicy(ctx context.Context, sender, id string) (*macpv1.PolicyDescriptor, error) {
+	resp, err := g.Client.GetPolicy(g.ctx(ctx, sender), &macpv1.GetPolicyRequest{PolicyId: id}, grpc.WaitForReady(true))
+	if status.Code(err) == codes.NotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetPolicyDescriptor(), nil
 }
 
 // Wait implements Target.

@@ -4,6 +4,7 @@ package lint
 
 // The pure-core rule (internal/session doc, internal/mode doc, RFC-MACP-0003
 // §2 / checklist DET-4): the core — internal/coord, internal/mode/...,
+// internal/cmthash (the RFC-MACP-0013 commitment hash),
 // internal/policy, internal/session — never reads the clock, does I/O,
 // draws random numbers or starts goroutines. Time is an input; the shell
 // (internal/runtime) owns clocks, storage, networking and concurrency.
@@ -29,6 +30,7 @@ import (
 // corePackages are the pure core, relative to the module root. A trailing
 // "/..." includes every sub-package.
 var corePackages = []string{
+	"internal/cmthash",
 	"internal/coord",
 	"internal/mode/...",
 	"internal/policy",

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/cmthash"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/policy"
@@ -515,7 +516,7 @@ func (s *Session) checkCommitment(env *macpv1.Envelope, replaying bool) (*macpv1
 	// supersedes (macp-proto 0.1.3) was an unknown field before; stored
 	// April histories replay as they were decided.
 	if ref := c.Supersedes; ref != nil && (!replaying || s.Latest()) {
-		if err := CheckCommitmentRef(ref); err != nil {
+		if err := cmthash.ValidateRef(ref, s.Binding.Profile); err != nil {
 			return nil, err
 		}
 	}

@@ -1,8 +1,6 @@
 package session
 
 import (
-	"regexp"
-
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
 	"google.golang.org/protobuf/proto"
@@ -132,29 +130,6 @@ func (s *Session) applyControl(rec Record) error {
 	}
 	if !proto.Equal(out.Records[0].Envelope, env) {
 		return diverged(rec, "the %s envelope differs from the one replay builds", rec.Kind)
-	}
-	return nil
-}
-
-// commitmentHashRE is the form of a CommitmentRef.commitment_hash:
-// "sha256:" and 64 lowercase hex digits (RFC-MACP-0013).
-var commitmentHashRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-
-// CheckCommitmentRef checks a supersedes reference structurally
-// (RFC-MACP-0001 §7.3.1): both fields present, the session id a valid
-// session id and the hash an RFC-MACP-0013 commitment hash. The reference
-// is never resolved: whether the commitment exists or may be superseded is
-// consumer governance.
-func CheckCommitmentRef(ref *macpv1.CommitmentRef) *coord.Error {
-	switch {
-	case ref.SessionId == "":
-		return coord.Errorf(coord.CodeInvalidEnvelope, "supersedes.session_id is required")
-	case ref.CommitmentHash == "":
-		return coord.Errorf(coord.CodeInvalidEnvelope, "supersedes.commitment_hash is required")
-	case !coord.ValidSessionID(ref.SessionId):
-		return coord.Errorf(coord.CodeInvalidEnvelope, "supersedes.session_id is not a valid session id")
-	case !commitmentHashRE.MatchString(ref.CommitmentHash):
-		return coord.Errorf(coord.CodeInvalidEnvelope, "supersedes.commitment_hash must be sha256: followed by 64 lowercase hex digits (RFC-MACP-0013)")
 	}
 	return nil
 }

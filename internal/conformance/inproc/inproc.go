@@ -55,6 +55,29 @@ func (l Target) GetSession(ctx context.Context, sender, sessionID string) (*macp
 	return md, nil
 }
 
+// RegisterPolicy implements conformance.PolicyRegistrar as sender with the
+// policy-registry grant (dev identities have it, internal/auth DevCaps).
+func (l Target) RegisterPolicy(_ context.Context, sender string, pd *macpv1.PolicyDescriptor) error {
+	id := l.id(sender)
+	id.Caps.CanManageModeRegistry = true
+	if err := l.RT.RegisterPolicy(id, pd); err != nil {
+		return err
+	}
+	return nil
+}
+
+// GetPolicy implements conformance.PolicyRegistrar.
+func (l Target) GetPolicy(_ context.Context, _, policyID string) (*macpv1.PolicyDescriptor, error) {
+	pd, err := l.RT.GetPolicy(policyID)
+	if err != nil {
+		if err.Code == coord.CodeUnknownPolicyVersion {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return pd, nil
+}
+
 // Wait implements Target with a real sleep, so TTL timers fire as they
 // would in production.
 func (Target) Wait(ctx context.Context, d time.Duration) error { return conformance.Sleep(ctx, d) }
