@@ -2,7 +2,10 @@
 // participants submit proposals, evaluations, objections and votes, and the
 // session ends with one Commitment, positive or negative. The bound policy's
 // decision rules (RFC-MACP-0012 §4.1) are parsed once at Start; two of them
-// act on Votes (see rules.go), the rest on positive Commitments.
+// act on Votes (see rules.go), the rest on Commitments: under the April
+// rules (ProfileApril, schema_version 1) on positive ones only, under the
+// newest rules (ProfileLatest, or schema_version 2/3) on both polarities
+// (RFC-MACP-0007 §6.2; rules.go evaluateLatest).
 //
 // Phases follow the reference runtime (checklist DEC-10):
 //
