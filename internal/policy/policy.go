@@ -53,14 +53,16 @@ type Policy struct {
 	sections   map[string]json.RawMessage
 }
 
-// Parse validates a descriptor's common structure and returns the Policy.
-// Errors carry INVALID_POLICY_DEFINITION.
+// Parse validates a descriptor's common structure and returns the Policy:
+// schema_version 1, 2 or 3, rules a JSON object, the commitment section,
+// and for versions 2 and 3 no key outside the mode's rule schema
+// (CheckRuleKeys). Errors carry INVALID_POLICY_DEFINITION.
 func Parse(d Descriptor) (*Policy, error) {
 	if d.ID == "" {
 		return nil, coord.Errorf(coord.CodeInvalidPolicyDefinition, "policy_id is required")
 	}
-	if d.SchemaVersion != 1 {
-		return nil, coord.Errorf(coord.CodeInvalidPolicyDefinition, "unsupported schema_version %d", d.SchemaVersion)
+	if d.SchemaVersion < MinSchemaVersion || d.SchemaVersion > MaxSchemaVersion {
+		return nil, coord.Errorf(coord.CodeInvalidPolicyDefinition, "unsupported schema_version %d (supported: 1, 2, 3)", d.SchemaVersion)
 	}
 	rules := d.Rules
 	if rules == "" {
@@ -69,6 +71,16 @@ func Parse(d Descriptor) (*Policy, error) {
 	var sections map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(rules), &sections); err != nil || sections == nil {
 		return nil, coord.Errorf(coord.CodeInvalidPolicyDefinition, "rules must be a JSON object")
+	}
+	// Decision: schema_version 2 and 3 rules are checked for unknown keys
+	// wherever they are parsed; version 1 rules only at registration
+	// (CheckRegistration), because April runtimes accepted any key and a
+	// session bound to such a stored v1 policy must still replay
+	// (RFC-MACP-0012 §8; docs/spec-decisions.md "Policy rule schemas").
+	if d.SchemaVersion >= 2 {
+		if err := CheckRuleKeys(d.Mode, d.SchemaVersion, rules); err != nil {
+			return nil, err
+		}
 	}
 	p := &Policy{Descriptor: d, sections: sections}
 	p.Commitment.Authority = AuthorityInitiatorOnly
@@ -99,6 +111,9 @@ func MustDefault() *Policy {
 	}
 	return p
 }
+
+// SchemaVersion is the rule schema version the policy is evaluated under.
+func (p *Policy) SchemaVersion() uint32 { return p.Descriptor.SchemaVersion }
 
 // Section returns the raw JSON of a top-level rules section, or nil.
 func (p *Policy) Section(name string) json.RawMessage {

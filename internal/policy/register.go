@@ -39,9 +39,11 @@ func ValidID(id string) bool {
 
 // CheckRegistration validates a descriptor offered to RegisterPolicy as
 // far as it does not depend on the runtime's modes or registry
-// (RFC-MACP-0012 §3, §7): id syntax, a target mode, the size limits, and
+// (RFC-MACP-0012 §3, §7): id syntax, a target mode, the size limits,
 // Parse (rules a JSON object, schema_version supported, the commitment
-// section). The caller checks reserved and existing ids and validates the
+// section), and at every schema version no key outside the target mode's
+// rule schema (CheckRuleKeys; issue 28: a misspelled key used to be
+// silently accepted). The caller checks reserved and existing ids and validates the
 // rules against the target mode (mode.RulesValidator). Errors carry
 // INVALID_POLICY_DEFINITION.
 func CheckRegistration(d Descriptor) (*Policy, error) {
@@ -62,5 +64,14 @@ func CheckRegistration(d Descriptor) (*Policy, error) {
 		// way to say "no constraints".
 		return nil, coord.Errorf(coord.CodeInvalidPolicyDefinition, "rules are required (a JSON object; {} for none)")
 	}
-	return Parse(d)
+	p, err := Parse(d)
+	if err != nil {
+		return nil, err
+	}
+	// Every schema version: no key outside the mode's rule schema (for
+	// version 1 this is checked here only; see Parse).
+	if err := CheckRuleKeys(d.Mode, d.SchemaVersion, d.Rules); err != nil {
+		return nil, err
+	}
+	return p, nil
 }

@@ -187,7 +187,7 @@ func TestPolicyRegisterRejects(t *testing.T) {
 		{"no mode", pd(func(d *macpv1.PolicyDescriptor) { d.Mode = "" }), bad},
 		{"unknown mode", pd(func(d *macpv1.PolicyDescriptor) { d.Mode = "ext.none.v1" }), bad},
 		{"schema_version 0", pd(func(d *macpv1.PolicyDescriptor) { d.SchemaVersion = 0 }), bad},
-		{"schema_version 2", pd(func(d *macpv1.PolicyDescriptor) { d.SchemaVersion = 2 }), bad},
+		{"schema_version 4", pd(func(d *macpv1.PolicyDescriptor) { d.SchemaVersion = 4 }), bad},
 		{"no rules", pd(func(d *macpv1.PolicyDescriptor) { d.Rules = "" }), bad},
 		{"rules not JSON", pd(func(d *macpv1.PolicyDescriptor) { d.Rules = "{voting" }), bad},
 		{"rules an array", pd(func(d *macpv1.PolicyDescriptor) { d.Rules = "[]" }), bad},

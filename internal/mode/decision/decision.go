@@ -2,7 +2,10 @@
 // participants submit proposals, evaluations, objections and votes, and the
 // session ends with one Commitment, positive or negative. The bound policy's
 // decision rules (RFC-MACP-0012 §4.1) are parsed once at Start; two of them
-// act on Votes (see rules.go), the rest on positive Commitments.
+// act on Votes (see rules.go), the rest on Commitments: under the April
+// rules (ProfileApril, schema_version 1) on positive ones only, under the
+// newest rules (ProfileLatest, or schema_version 2/3) on both polarities
+// (RFC-MACP-0007 §6.2; rules.go evaluateLatest).
 //
 // Phases follow the reference runtime (checklist DEC-10):
 //
@@ -111,10 +114,13 @@ func (decisionMode) ValidateRules(p *policy.Policy) error { return ValidateRules
 // Start requires declared participants (RFC-MACP-0007 §3, participant model
 // "declared") and parses the bound policy's decision rules.
 func (decisionMode) Start(b *mode.Binding) (mode.State, error) {
-	if len(b.Participants) == 0 {
+	// Decision: under ProfileLatest a session with no declared participant
+	// starts (nobody can propose in it, so it can never resolve; spec
+	// fixture decision_zero_participants.json); the April rules refuse it.
+	if len(b.Participants) == 0 && !coord.IsLatest(b.Profile) {
 		return nil, coord.Errorf(coord.CodeInvalidEnvelope, "%s requires declared participants", ModeID)
 	}
-	r, err := parseRules(b.Policy, b.Participants)
+	r, err := parseRules(b.Policy, b.Participants, b.Profile)
 	if err != nil {
 		return nil, err
 	}
@@ -153,6 +159,8 @@ type proposal struct {
 	// reproducible.
 	approve, reject, abstain int
 	approveW, rejectW        float64
+	// Decisive votes: APPROVE/REJECT of positive weight (rules.go).
+	approveD, rejectD int
 	// qualified: an evaluation that satisfies evaluation.minimum_confidence
 	// exists (rules.go).
 	qualified bool
@@ -201,10 +209,13 @@ func (s *state) Step(b *mode.Binding, m *mode.Message) error {
 }
 
 func (s *state) propose(b *mode.Binding, m *mode.Message) error {
-	// Decision (⚠C3): the initiator may propose even when not a declared
-	// participant (RFC-MACP-0007 abstract; spec fixture decision_happy_path),
-	// although §2 asks initiators who propose to be listed.
-	if _, ok := s.participant[m.Sender]; !ok && m.Sender != b.Initiator {
+	// Decision (⚠C3): under the April rules the initiator may propose even
+	// when not a declared participant (RFC-MACP-0007 abstract; April spec
+	// fixture decision_happy_path), although §2 asks initiators who propose
+	// to be listed. Under ProfileLatest §2/§2.1 apply as written: only
+	// declared participants propose (spec fixture
+	// decision_zero_participants.json).
+	if _, ok := s.participant[m.Sender]; !ok && (m.Sender != b.Initiator || coord.IsLatest(b.Profile)) {
 		return forbidden(m)
 	}
 	var p decisionv1.ProposalPayload
@@ -341,13 +352,19 @@ func (s *state) vote(m *mode.Message) error {
 	setBit(p.voted, idx)
 	p.votes = append(p.votes, vote{sender: m.Sender, value: v.Vote, reason: v.Reason})
 	w := s.rules.weight(idx)
+	decisive := 0
+	if w > 0 {
+		decisive = 1
+	}
 	switch v.Vote {
 	case VoteApprove:
 		p.approve++
 		p.approveW += w
+		p.approveD += decisive
 	case VoteReject:
 		p.reject++
 		p.rejectW += w
+		p.rejectD += decisive
 	default:
 		p.abstain++
 	}
@@ -355,12 +372,14 @@ func (s *state) vote(m *mode.Message) error {
 	return nil
 }
 
-// Commit checks eligibility (at least one proposal, RFC-MACP-0007 §5.5) and,
-// for a positive outcome, the policy's decision rules (POLICY_DENIED with
-// reasons). Decision: a negative outcome (outcome_positive=false, e.g.
+// Commit checks eligibility (at least one proposal, RFC-MACP-0007 §5.5) and
+// the policy's decision rules (POLICY_DENIED with reasons). Under the April
+// rules (Decision): a negative outcome (outcome_positive=false, e.g.
 // decision.rejected) is allowed at face value; the rules guard positive
 // action only, since denying a "no-go" would leave only cancellation or
-// expiry (RFC-MACP-0007 §6 allows both outcomes).
+// expiry (RFC-MACP-0007 §6 allows both outcomes). Under the newest rules
+// (ProfileLatest, or a schema_version 2/3 policy) both polarities are
+// gated (RFC-MACP-0007 §6.2; rules.go evaluateLatest).
 func (s *state) Commit(b *mode.Binding, m *mode.Message, c *macpv1.CommitmentPayload) error {
 	if s.phase == PhaseCommitted {
 		return coord.Errorf(coord.CodeSessionNotOpen, "decision already committed")
@@ -374,13 +393,22 @@ func (s *state) Commit(b *mode.Binding, m *mode.Message, c *macpv1.CommitmentPay
 	if len(s.proposals) == 0 {
 		return invalid("a Commitment requires at least one proposal (RFC-MACP-0007 §5.5)")
 	}
-	if c.GetOutcomePositive() {
-		if reasons := s.rules.deny(s.proposals, len(b.Participants)); len(reasons) > 0 {
-			return &coord.Error{
-				Code:    coord.CodePolicyDenied,
-				Message: "policy " + strconv.Quote(b.PolicyVersion) + " denies a positive commitment: " + strings.Join(reasons, "; "),
-				Reasons: reasons,
-			}
+	var reasons []string
+	switch {
+	case s.rules != nil && s.rules.latest:
+		reasons = s.rules.evaluateLatest(s.proposals, c.GetOutcomePositive(), len(b.Participants))
+	case c.GetOutcomePositive():
+		reasons = s.rules.deny(s.proposals, len(b.Participants))
+	}
+	if len(reasons) > 0 {
+		polarity := "positive"
+		if !c.GetOutcomePositive() {
+			polarity = "negative"
+		}
+		return &coord.Error{
+			Code:    coord.CodePolicyDenied,
+			Message: "policy " + strconv.Quote(b.PolicyVersion) + " denies a " + polarity + " commitment: " + strings.Join(reasons, "; "),
+			Reasons: reasons,
 		}
 	}
 	s.phase = PhaseCommitted

@@ -82,6 +82,13 @@ var genPolicies = []string{
 	`{"voting":{"algorithm":"none","quorum":{"type":"count","value":1}},"commitment":{"require_vote_quorum":true}}`,
 }
 
+// genPoliciesV2 use the schema_version 2 knobs.
+var genPoliciesV2 = []string{
+	`{"voting":{"algorithm":"majority"},"objection_handling":{"critical_severity_vetoes":true,"critical_objection_action":"finalize_decline"},"commitment":{"require_vote_quorum":true}}`,
+	`{"voting":{"algorithm":"weighted","weights":{"agent://a":1}},"objection_handling":{"critical_severity_vetoes":true,"critical_objection_action":"hold"}}`,
+	`{"voting":{"algorithm":"plurality"},"commitment":{"allow_decline_over_approval":true}}`,
+}
+
 var genSenders = []string{alice, bob, carol, dave}
 
 func (gen) Binding(r *modetest.Rand) *mode.Binding {
@@ -90,7 +97,15 @@ func (gen) Binding(r *modetest.Rand) *mode.Binding {
 		n = len(genSenders)
 	}
 	participants := append([]string(nil), genSenders[:n]...)
-	b := binding(nil, genPolicies[r.Intn(len(genPolicies))], participants...)
+	// Either profile and every schema_version, so randomized runs also
+	// cover the newest rules' determinism and replay equivalence.
+	profile := r.Pick(coord.ProfileApril, coord.ProfileLatest)
+	version := uint32(1 + r.Intn(3))
+	rules := genPolicies[r.Intn(len(genPolicies))]
+	if version >= 2 && r.Chance(1, 3) {
+		rules = r.Pick(genPoliciesV2...)
+	}
+	b := modetest.BindingAt(nil, decision.ModeID, decision.ModeVersion, "policy.test.rules", rules, version, profile, initiator, participants)
 	if r.Chance(1, 4) {
 		b.Initiator = participants[0]
 	}

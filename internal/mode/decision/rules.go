@@ -52,7 +52,28 @@ type rules struct {
 	minConfidence        float64
 	requiredBeforeVoting bool
 	requireVoteQuorum    bool
+
+	// latest selects the newest evaluation (evaluateLatest): sessions bound
+	// to coord.ProfileLatest, and policies of schema_version 2 or 3 under
+	// any profile (no April session could bind one). Otherwise the April
+	// rules (deny) apply unchanged.
+	latest bool
+	// failClosed: schema_version 3, an empty decisive tally fails every
+	// algorithm other than none (RFC-MACP-0012 §4.1 "Empty tally").
+	failClosed bool
+	// schema_version >= 2 knobs (RFC-MACP-0012 §4.1, RFC-MACP-0007 §6.2).
+	allowDeclineOverApproval bool
+	objectionAction          string
+	// distinct declared participants (unanimous quantifies over them).
+	declared int
 }
+
+// Critical-objection actions (objection_handling.critical_objection_action).
+const (
+	ObjectionDeny            = "deny"
+	ObjectionFinalizeDecline = "finalize_decline"
+	ObjectionHold            = "hold"
+)
 
 type rawVoting struct {
 	Algorithm *string  `json:"algorithm"`
@@ -65,8 +86,9 @@ type rawVoting struct {
 }
 
 type rawObjections struct {
-	CriticalSeverityVetoes *bool    `json:"critical_severity_vetoes"`
-	VetoThreshold          *float64 `json:"veto_threshold"`
+	CriticalSeverityVetoes  *bool    `json:"critical_severity_vetoes"`
+	VetoThreshold           *float64 `json:"veto_threshold"`
+	CriticalObjectionAction *string  `json:"critical_objection_action"`
 }
 
 type rawEvaluation struct {
@@ -75,7 +97,8 @@ type rawEvaluation struct {
 }
 
 type rawCommitment struct {
-	RequireVoteQuorum *bool `json:"require_vote_quorum"`
+	RequireVoteQuorum        *bool `json:"require_vote_quorum"`
+	AllowDeclineOverApproval *bool `json:"allow_decline_over_approval"`
 }
 
 func badPolicy(format string, args ...any) error {
@@ -89,14 +112,16 @@ func in01(v float64) bool { return v >= 0 && v <= 1 }
 // refuse bad rules at RegisterPolicy (RFC-MACP-0012 §7, checklist POL-3)
 // rather than at SessionStart. Errors carry INVALID_POLICY_DEFINITION.
 func ValidateRules(p *policy.Policy) error {
-	_, err := parseRules(p, nil)
+	_, err := parseRules(p, nil, "")
 	return err
 }
 
 // parseRules validates the decision sections of p against
 // decision-rules.schema.json (RFC-MACP-0012 §4.1) and returns the rules,
-// nil when they constrain nothing. Errors carry INVALID_POLICY_DEFINITION.
-func parseRules(p *policy.Policy, participants []string) (*rules, error) {
+// nil when they constrain nothing. profile is the session's (rules differ
+// by profile only in evaluation, never in validation). Errors carry
+// INVALID_POLICY_DEFINITION.
+func parseRules(p *policy.Policy, participants []string, profile string) (*rules, error) {
 	if p == nil {
 		return nil, nil
 	}
@@ -175,16 +200,33 @@ func parseRules(p *policy.Policy, participants []string) (*rules, error) {
 			return nil, badPolicy("voting.weights[%q] = %v must be a finite number >= 0", id, v.Weights[id])
 		}
 	}
+	version := p.SchemaVersion()
+	r.latest = coord.IsLatest(profile) || version >= 2
+	r.failClosed = version >= 3
 	if r.algorithm == AlgWeighted {
 		// Decision: weights apply only to the weighted algorithm (schema
-		// text); a declared participant missing from weights weighs 1, as
-		// in the reference runtime; weights of undeclared ids are ignored.
+		// text); weights of undeclared ids are ignored. A declared
+		// participant missing from weights weighs 1 under the April rules
+		// (as the reference runtime) and 0 under the newest ones
+		// (RFC-MACP-0012 §4.1 weighted electorate; spec fixtures
+		// decision_weighted_zero_weight*.json, every schema_version).
+		unlisted := 1.0
+		if r.latest {
+			unlisted = 0
+		}
 		r.weights = make([]float64, len(participants))
 		for i, id := range participants {
-			r.weights[i] = 1
+			r.weights[i] = unlisted
 			if w, ok := v.Weights[id]; ok {
 				r.weights[i] = w
 			}
+		}
+	}
+	seen := make(map[string]bool, len(participants))
+	for _, id := range participants {
+		if !seen[id] {
+			seen[id] = true
+			r.declared++
 		}
 	}
 
@@ -198,6 +240,23 @@ func parseRules(p *policy.Policy, participants []string) (*rules, error) {
 	}
 	if o.CriticalSeverityVetoes != nil && *o.CriticalSeverityVetoes {
 		r.vetoes, on = true, true
+	}
+	// The schema_version 2 knobs are read only from policies declaring
+	// version 2 or 3; a stored version 1 policy is evaluated under version
+	// 1 semantics (RFC-MACP-0012 §8), where they do not exist.
+	r.objectionAction = ObjectionDeny
+	if version >= 2 {
+		if a := o.CriticalObjectionAction; a != nil {
+			switch *a {
+			case ObjectionDeny, ObjectionFinalizeDecline, ObjectionHold:
+				r.objectionAction = *a
+			default:
+				return nil, badPolicy("objection_handling.critical_objection_action %q is not one of deny, finalize_decline, hold", *a)
+			}
+		}
+		if c.AllowDeclineOverApproval != nil {
+			r.allowDeclineOverApproval = *c.AllowDeclineOverApproval
+		}
 	}
 
 	if e.MinimumConfidence != nil {
@@ -383,4 +442,170 @@ func (r *rules) tally(p *proposal, ps []*proposal) string {
 		return ""
 	}
 	return ""
+}
+
+// Voting results of the newest rules (RFC-MACP-0007 §6.2).
+type result uint8
+
+const (
+	resultPassed result = iota
+	resultFailed
+	resultNoVotes
+)
+
+// evaluateLatest returns the reasons the newest rules refuse a Commitment
+// of the given polarity, none if they allow it (RFC-MACP-0007 §6.2,
+// RFC-MACP-0012 §4.1), on the subject proposal. Decisions (see
+// docs/spec-decisions.md "Decision Mode: newest rules"):
+//   - The decisive tally is the APPROVE and REJECT votes of positive
+//     weight (every vote weighs 1 outside the weighted algorithm; an
+//     unlisted participant weighs 0 under it). ABSTAIN and weight-0 votes
+//     are accepted and kept but decide nothing. An empty decisive tally is
+//     NoVotes, never Failed, and no ratio is computed on it.
+//   - A critical-objection veto (critical_severity_vetoes, veto_threshold)
+//     refuses every Commitment under critical_objection_action deny and
+//     hold (hold: the session stays open); under finalize_decline it
+//     refuses the positive direction and authorizes a negative one, which
+//     then needs nothing else: the decline guard, its require_vote_quorum
+//     conjunct and the tally are waived whole (spec fixtures
+//     decision_finalize_decline_*.json).
+//   - commitment.require_vote_quorum: voting.quorum must be met (voters on
+//     the subject, abstentions included) for any other Commitment, either
+//     polarity, under any algorithm. voting.quorum alone gates nothing.
+//   - algorithm none (face-value exception): outcome_positive is taken at
+//     face value, no decline guard.
+//   - Otherwise Passed allows positive, and negative only with
+//     allow_decline_over_approval and the decline guard (the guard "applies
+//     across all three voting results"); Failed refuses positive and
+//     allows negative iff the decline guard holds (a decisive REJECT on
+//     the subject); NoVotes refuses negative, and positive under
+//     schema_version 3 (fail-closed) or, under 1 and 2 (legacy fail-open),
+//     only when require_vote_quorum is set.
+func (r *rules) evaluateLatest(ps []*proposal, positive bool, participants int) []string {
+	if r == nil {
+		return nil
+	}
+	p := r.subjectLatest(ps)
+	var reasons []string
+	if r.vetoes && p.criticalCount >= r.vetoThreshold {
+		veto := fmt.Sprintf("proposal %q has critical objections from %d participant(s) (veto_threshold %d)", p.id, p.criticalCount, r.vetoThreshold)
+		switch r.objectionAction {
+		case ObjectionFinalizeDecline:
+			if !positive {
+				return nil // objection-authorized decline
+			}
+			reasons = append(reasons, "objection_handling: the veto blocks a positive commitment: "+veto+" (critical_objection_action finalize_decline)")
+		case ObjectionHold:
+			reasons = append(reasons, "objection_handling: held: "+veto+" (critical_objection_action hold)")
+		default:
+			reasons = append(reasons, "objection_handling: vetoed: "+veto)
+		}
+	}
+	voters := p.approve + p.reject + p.abstain
+	quorum := r.quorumMet(voters, participants)
+	if r.requireVoteQuorum && !quorum {
+		reasons = append(reasons, fmt.Sprintf("commitment.require_vote_quorum: %d of %d declared participant(s) voted on proposal %q, quorum is %s",
+			voters, participants, p.id, r.quorumString()))
+	}
+	if r.algorithm == "" {
+		return reasons
+	}
+	res, why := r.resultLatest(p, ps)
+	guard := func() {
+		if p.rejectD == 0 {
+			reasons = append(reasons, fmt.Sprintf("decline guard: no decisive REJECT vote on proposal %q backs a negative commitment (RFC-MACP-0007 §6.2)", p.id))
+		}
+	}
+	switch res {
+	case resultPassed:
+		if !positive {
+			if !r.allowDeclineOverApproval {
+				reasons = append(reasons, why+"; a negative commitment over a passing vote needs commitment.allow_decline_over_approval")
+			} else {
+				guard()
+			}
+		}
+	case resultFailed:
+		if positive {
+			reasons = append(reasons, why)
+		} else {
+			guard()
+		}
+	case resultNoVotes:
+		switch {
+		case !positive:
+			reasons = append(reasons, fmt.Sprintf("voting.algorithm %s: no decisive vote on proposal %q; a negative commitment needs a decisive REJECT (RFC-MACP-0007 §6.2)", r.algorithm, p.id))
+		case r.failClosed:
+			reasons = append(reasons, fmt.Sprintf("voting.algorithm %s: no decisive vote on proposal %q; an empty tally fails (schema_version 3, RFC-MACP-0012 §4.1)", r.algorithm, p.id))
+		case r.requireVoteQuorum:
+			if quorum { // else already reported
+				reasons = append(reasons, fmt.Sprintf("commitment.require_vote_quorum: no decisive vote on proposal %q", p.id))
+			}
+		}
+	}
+	return reasons
+}
+
+// subjectLatest is subject with decisive approvals.
+func (r *rules) subjectLatest(ps []*proposal) *proposal {
+	best := ps[0]
+	for _, p := range ps[1:] {
+		if r.approvalsLatest(p) > r.approvalsLatest(best) {
+			best = p
+		}
+	}
+	return best
+}
+
+func (r *rules) approvalsLatest(p *proposal) float64 {
+	if r.algorithm == AlgWeighted {
+		return p.approveW
+	}
+	return float64(p.approveD)
+}
+
+// resultLatest applies the algorithm to p's decisive tally. Every
+// threshold comparison is inclusive (RFC-MACP-0012 §4.1): majority and
+// supermajority compare the approve share of decisive votes with
+// voting.threshold (0.5 and 2/3 by default); weighted the approve share of
+// decisive weight; unanimous needs an APPROVE from every declared
+// participant and no REJECT (zero declared participants fail); plurality
+// needs strictly more APPROVE than REJECT votes and strictly more APPROVE
+// votes than any other proposal.
+func (r *rules) resultLatest(p *proposal, ps []*proposal) (result, string) {
+	cast := p.approveD + p.rejectD
+	if cast == 0 || (r.algorithm == AlgWeighted && !(p.approveW+p.rejectW > 0)) {
+		return resultNoVotes, ""
+	}
+	pass := false
+	var why string
+	switch r.algorithm {
+	case AlgMajority, AlgSupermajority:
+		pass = float64(p.approveD)/float64(cast) >= r.threshold
+		why = fmt.Sprintf("voting.algorithm %s: %d of %d decisive vote(s) approve proposal %q; at least %v must",
+			r.algorithm, p.approveD, cast, p.id, r.threshold)
+	case AlgWeighted:
+		total := p.approveW + p.rejectW
+		pass = p.approveW/total >= r.threshold
+		why = fmt.Sprintf("voting.algorithm weighted: approve weight %v of %v on proposal %q; at least %v of it must approve",
+			p.approveW, total, p.id, r.threshold)
+	case AlgUnanimous:
+		pass = r.declared > 0 && p.rejectD == 0 && p.approveD == r.declared
+		why = fmt.Sprintf("voting.algorithm unanimous: %d of %d declared participant(s) approve proposal %q, %d reject; all must approve",
+			p.approveD, r.declared, p.id, p.rejectD)
+	case AlgPlurality:
+		pass = p.approveD > p.rejectD
+		why = fmt.Sprintf("voting.algorithm plurality: proposal %q has %d APPROVE and %d REJECT vote(s); strictly more must approve",
+			p.id, p.approveD, p.rejectD)
+		for _, q := range ps {
+			if pass && q != p && q.approveD >= p.approveD {
+				pass = false
+				why = fmt.Sprintf("voting.algorithm plurality: proposals %q and %q tie with %d APPROVE vote(s)", p.id, q.id, p.approveD)
+			}
+		}
+	}
+	if pass {
+		return resultPassed, fmt.Sprintf("voting.algorithm %s passes on proposal %q", r.algorithm, p.id)
+	}
+	return resultFailed, why
 }

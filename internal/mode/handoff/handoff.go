@@ -21,16 +21,23 @@
 // "is permitted ... as supplementary documentation"; the April spec fixture
 // handoff_reject_paths (our baseline, CONF-27) rejects a HandoffContext sent
 // after the accept with INVALID_ENVELOPE, as does the reference runtime at
-// that baseline. Decision: New follows the fixture and refuses context for an
-// offer that is no longer pending; NewWithOptions(Options{AcceptLateContext:
-// true}) accepts it and records it as late (the reference runtime's later
-// fixture copies and the later spec, CONF-40/41).
+// that baseline. Decision: under ProfileApril New follows the fixture and
+// refuses context for an offer that is no longer pending; under
+// ProfileLatest, or with NewWithOptions(Options{AcceptLateContext: true}),
+// it is accepted and recorded as late (the newest spec fixture
+// handoff_reject_paths, CONF-40/41).
 //
-// acceptance.implicit_accept_timeout_ms (RFC-MACP-0012 §4.5, POL-55) needs a
-// timer that appends a synthetic accept to history; this mode is pure and
-// the runtime has no such timer, so Decision: a policy that sets it > 0 is
-// refused at Start with INVALID_POLICY_DEFINITION rather than silently
-// ignored.
+// Implicit acceptance (RFC-MACP-0012 §4.5, RFC-MACP-0010 §5.1, POL-55):
+// acceptance.implicit_accept_timeout_ms needs a timer that appends a
+// synthetic HandoffAccept{implicit: true} to history; the policy evaluator
+// only sees that history. A client-sent HandoffAccept with implicit=true is
+// refused INVALID_ENVELOPE under both profiles (no April client can send
+// the field). The pure parts the runtime's timer needs are here
+// (ImplicitAcceptTimeout, ImplicitAcceptDue, PendingImplicitAccept,
+// ImplicitAccepter); until the runtime wires a timer, Decision: a policy
+// that sets the timeout > 0 is refused at Start with
+// INVALID_POLICY_DEFINITION rather than silently ignored, unless the mode
+// was built with Options{ImplicitAccept: true}.
 //
 // The package is pure: no clock, I/O, goroutines or map-order dependence.
 // Every interpretation of an ambiguous spec sentence is marked "Decision:".
@@ -117,6 +124,10 @@ type Options struct {
 	// accepted or declined (⚠C7; see the package doc). The default refuses
 	// it, as the April spec fixture handoff_reject_paths requires.
 	AcceptLateContext bool
+	// ImplicitAccept says the runtime runs the implicit-accept timer
+	// (see ImplicitAccepter): policies with
+	// acceptance.implicit_accept_timeout_ms > 0 are then accepted.
+	ImplicitAccept bool
 }
 
 type handoffMode struct{ opts Options }
@@ -132,7 +143,7 @@ func (handoffMode) Descriptor() *macpv1.ModeDescriptor { return descriptor }
 
 // ValidateRules implements mode.RulesValidator: the handoff sections
 // (checkRules; none depends on the participants).
-func (handoffMode) ValidateRules(p *policy.Policy) error { return checkRules(p) }
+func (m handoffMode) ValidateRules(p *policy.Policy) error { return checkRules(p, m.opts) }
 
 // Start checks the SessionStart requirements and the bound policy's handoff
 // rules. Decision: RFC-MACP-0010 §3 binds "participants - current owner and
@@ -154,14 +165,14 @@ func (m handoffMode) Start(b *mode.Binding) (mode.State, error) {
 		return nil, coord.Errorf(coord.CodeInvalidEnvelope,
 			"%s requires at least one declared participant besides the owner to hand off to (RFC-MACP-0010 §3)", ModeID)
 	}
-	if err := checkRules(b.Policy); err != nil {
+	if err := checkRules(b.Policy, m.opts); err != nil {
 		return nil, err
 	}
 	set := make(map[string]struct{}, len(b.Participants))
 	for _, p := range b.Participants {
 		set[p] = struct{}{}
 	}
-	return &state{opts: m.opts, owner: b.Initiator, participants: set, pending: -1, accepted: -1}, nil
+	return &state{opts: m.opts, latest: coord.IsLatest(b.Profile), owner: b.Initiator, participants: set, pending: -1, accepted: -1}, nil
 }
 
 func badPolicy(format string, args ...any) error {
@@ -171,35 +182,108 @@ func badPolicy(format string, args ...any) error {
 // checkRules validates the handoff sections of p against
 // handoff-rules.schema.json (RFC-MACP-0012 §4.5). The commitment section is
 // the core's (policy.Parse).
-func checkRules(p *policy.Policy) error {
-	if p == nil {
-		return nil
-	}
-	var a struct {
-		ImplicitAcceptTimeoutMs *float64 `json:"implicit_accept_timeout_ms"`
-	}
-	if err := p.DecodeSection("acceptance", &a); err != nil {
+func checkRules(p *policy.Policy, o Options) error {
+	v, err := ImplicitAcceptTimeout(p)
+	if err != nil {
 		return err
 	}
-	if a.ImplicitAcceptTimeoutMs == nil {
-		return nil
-	}
-	v := *a.ImplicitAcceptTimeoutMs
-	if v != math.Trunc(v) || v < 0 || math.IsInf(v, 0) {
-		return badPolicy("acceptance.implicit_accept_timeout_ms %v must be an integer >= 0", v)
-	}
-	if v > 0 {
+	if v > 0 && !o.ImplicitAccept {
 		return badPolicy("acceptance.implicit_accept_timeout_ms %v is not supported by this runtime: "+
 			"implicit accepts need a mode timer that appends a synthetic HandoffAccept (RFC-MACP-0012 §4.5), which macpd does not implement; use 0", v)
 	}
 	return nil
 }
 
+// ImplicitAcceptTimeout returns acceptance.implicit_accept_timeout_ms of
+// p (0: no implicit acceptance). A value that is not an integer >= 0 is
+// INVALID_POLICY_DEFINITION.
+func ImplicitAcceptTimeout(p *policy.Policy) (uint64, error) {
+	if p == nil {
+		return 0, nil
+	}
+	var a struct {
+		ImplicitAcceptTimeoutMs *float64 `json:"implicit_accept_timeout_ms"`
+	}
+	if err := p.DecodeSection("acceptance", &a); err != nil {
+		return 0, err
+	}
+	if a.ImplicitAcceptTimeoutMs == nil {
+		return 0, nil
+	}
+	v := *a.ImplicitAcceptTimeoutMs
+	if v != math.Trunc(v) || v < 0 || v > 1<<53 {
+		return 0, badPolicy("acceptance.implicit_accept_timeout_ms %v must be an integer >= 0", v)
+	}
+	return uint64(v), nil
+}
+
+// ImplicitAcceptDue reports whether an offer accepted into history at
+// offeredAtMs (the runtime's acceptance clock, never an envelope
+// timestamp) is implicitly accepted at nowMs under timeoutMs: timeoutMs > 0
+// and nowMs - offeredAtMs >= timeoutMs.
+func ImplicitAcceptDue(timeoutMs uint64, offeredAtMs, nowMs int64) bool {
+	return timeoutMs > 0 && nowMs >= offeredAtMs && uint64(nowMs-offeredAtMs) >= timeoutMs
+}
+
+// ImplicitAccepter is implemented by the handoff State. The runtime's
+// implicit-accept timer, when ImplicitAcceptDue holds for the pending
+// offer (PendingImplicitAccept), appends the returned message to history
+// as runtime-emitted and applies it with StepImplicit — and on replay
+// applies a recorded runtime-emitted accept the same way. The policy
+// evaluator then only sees accepted history (RFC-MACP-0012 §4.5).
+type ImplicitAccepter interface {
+	// PendingImplicitAccept returns the synthetic HandoffAccept for the
+	// pending offer (sender and accepted_by its target, implicit true),
+	// or false when no offer is pending.
+	PendingImplicitAccept() (mode.Message, bool)
+	// StepImplicit applies a runtime-emitted HandoffAccept with
+	// implicit=true for the pending offer; INVALID_ENVELOPE otherwise.
+	StepImplicit(b *mode.Binding, m *mode.Message) error
+}
+
+// ImplicitReason is the reason of a synthetic implicit HandoffAccept.
+const ImplicitReason = "implicit accept (timeout)"
+
+// PendingImplicitAccept implements ImplicitAccepter.
+func (s *state) PendingImplicitAccept() (mode.Message, bool) {
+	if s.committed || s.pending < 0 {
+		return mode.Message{}, false
+	}
+	o := s.offers[s.pending]
+	payload, _ := proto.Marshal(&handoffv1.HandoffAcceptPayload{HandoffId: o.id, AcceptedBy: o.target, Reason: ImplicitReason, Implicit: true})
+	return mode.Message{Type: TypeAccept, Sender: o.target, Payload: payload}, true
+}
+
+// StepImplicit implements ImplicitAccepter.
+func (s *state) StepImplicit(b *mode.Binding, m *mode.Message) error {
+	if s.committed {
+		return coord.Errorf(coord.CodeSessionNotOpen, "handoff session already committed")
+	}
+	var p handoffv1.HandoffAcceptPayload
+	if m.Type != TypeAccept || proto.Unmarshal(m.Payload, &p) != nil || !p.Implicit {
+		return invalid("an implicit accept is a HandoffAccept with implicit=true")
+	}
+	if s.pending < 0 || s.offers[s.pending].id != p.HandoffId {
+		return invalid("implicit accept of %q: it is not the pending offer", p.HandoffId)
+	}
+	o := s.offers[s.pending]
+	if m.Sender != o.target || (p.AcceptedBy != "" && p.AcceptedBy != o.target) {
+		return invalid("implicit accept of %q must be on behalf of its target %s", o.id, o.target)
+	}
+	o.respondedBy, o.responseReason, o.implicit = o.target, p.Reason, true
+	o.disposition = Accepted
+	s.accepted = o.order
+	s.pending = -1
+	return nil
+}
+
 // state is one session's handoff state. Offers are kept in acceptance
 // order; the map is used only for lookups, never iterated.
 type state struct {
-	opts  Options
-	owner string
+	opts Options
+	// latest: the session is bound to ProfileLatest.
+	latest bool
+	owner  string
 	// participants is the declared participant set (lookups only).
 	participants map[string]struct{}
 
@@ -220,6 +304,8 @@ type offer struct {
 	disposition                 Disposition
 	respondedBy, responseReason string
 	contexts                    int
+	// implicit: accepted by a runtime-emitted implicit accept.
+	implicit bool
 }
 
 type contextRecord struct {
@@ -341,7 +427,7 @@ func (s *state) addContext(m *mode.Message) error {
 		return err
 	}
 	late := o.disposition != Pending
-	if late && !s.opts.AcceptLateContext {
+	if late && !s.opts.AcceptLateContext && !s.latest {
 		return invalid("offer %q was already %s; context must precede the answer (RFC-MACP-0010 §2.1; spec fixture handoff_reject_paths, ⚠C7)",
 			o.id, strings.ToLower(o.disposition.String()))
 	}
@@ -366,6 +452,11 @@ func (s *state) respond(m *mode.Message) error {
 		var p handoffv1.HandoffAcceptPayload
 		if err := proto.Unmarshal(m.Payload, &p); err != nil {
 			return invalid("payload is not a handoff HandoffAcceptPayload")
+		}
+		// RFC-MACP-0010 §5.1 (macp-proto 0.1.6): implicit=true is
+		// runtime-emitted only (ImplicitAccepter); a client may not send it.
+		if p.Implicit {
+			return invalid("HandoffAccept.implicit is set only on runtime-emitted implicit accepts (RFC-MACP-0010 §5.1)")
 		}
 		id, by, reason = p.HandoffId, p.AcceptedBy, p.Reason
 	} else {
@@ -457,7 +548,8 @@ func (s *state) Commit(b *mode.Binding, m *mode.Message, c *macpv1.CommitmentPay
 //	 "pending_offer": id or "", "accepted_offer": id or "",
 //	 "offers": {id: {"handoff_id", "target_participant", "scope", "reason", "offered_by",
 //	                 "disposition": "Pending"|"Accepted"|"Declined",
-//	                 "responded_by", "response_reason", "contexts": n}},
+//	                 "responded_by", "response_reason", "contexts": n,
+//	                 "implicit": true (only for an implicit accept)}},
 //	 "offer_order": [id],
 //	 "contexts": [{"handoff_id", "content_type", "sender", "bytes", "late"}],
 //	 "outcome_positive": bool}   // only once committed
@@ -469,7 +561,7 @@ func (s *state) Project() map[string]any {
 	order := make([]any, len(s.offers))
 	for i, o := range s.offers {
 		order[i] = o.id
-		offers[o.id] = map[string]any{
+		view := map[string]any{
 			"handoff_id":         o.id,
 			"target_participant": o.target,
 			"scope":              o.scope,
@@ -480,6 +572,10 @@ func (s *state) Project() map[string]any {
 			"response_reason":    o.responseReason,
 			"contexts":           o.contexts,
 		}
+		if o.implicit { // only then, so April projections are unchanged
+			view["implicit"] = true
+		}
+		offers[o.id] = view
 	}
 	contexts := make([]any, len(s.contexts))
 	for i, c := range s.contexts {

@@ -85,7 +85,9 @@ func (gen) Binding(r *modetest.Rand) *mode.Binding {
 	if r.Bool() { // the owner need not be listed first
 		participants[0], participants[n] = participants[n], participants[0]
 	}
-	return bindingFor(nil, genPolicies[r.Intn(len(genPolicies))], owner, participants...)
+	b := bindingFor(nil, genPolicies[r.Intn(len(genPolicies))], owner, participants...)
+	b.Profile = r.Pick(coord.ProfileApril, coord.ProfileLatest) // late context differs
+	return b
 }
 
 func (gen) Next(r *modetest.Rand, b *mode.Binding, seq int) modetest.Input {
@@ -117,8 +119,11 @@ func (gen) Next(r *modetest.Rand, b *mode.Binding, seq int) modetest.Input {
 		in = offerIn(from, hid, to)
 	case k < 7:
 		in = contextIn(r.Pick(owner, owner, sender), hid)
-	case k < 11:
+	case k < 10:
 		in = acceptIn(sender, hid, r.Pick("", "", sender, target))
+	case k < 11:
+		// A client may never send implicit=true (RFC-MACP-0010 §5.1).
+		in = modetest.Input{Msg: msg(handoff.TypeAccept, sender, marshal(&handoffv1.HandoffAcceptPayload{HandoffId: hid, AcceptedBy: sender, Implicit: true}))}
 	case k < 14:
 		in = declineIn(sender, hid, r.Pick("", "", sender, backup))
 	case k < 17:

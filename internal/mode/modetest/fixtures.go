@@ -107,7 +107,7 @@ func runFixture(t *testing.T, m mode.Mode, opts FixtureOptions, file, name strin
 	b := &mode.Binding{
 		SessionID: "conformance", Mode: fx.Mode, ModeVersion: fx.ModeVersion,
 		ConfigurationVersion: fx.ConfigurationVersion, PolicyVersion: pol.Descriptor.ID, Policy: pol,
-		Initiator: fx.Initiator, Participants: fx.Participants,
+		Initiator: fx.Initiator, Participants: fx.Participants, Profile: coord.ProfileApril,
 	}
 	st, err := m.Start(b)
 	if err != nil {

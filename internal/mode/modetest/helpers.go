@@ -105,3 +105,27 @@ func Apply(t testing.TB, st mode.State, b *mode.Binding, ins ...Input) {
 		}
 	}
 }
+
+// BindingAt is Binding with the policy's schema_version and the session's
+// profile (coord.ProfileApril or coord.ProfileLatest). rules "" is
+// policy.default (schema_version 1 whatever version says).
+func BindingAt(t testing.TB, modeID, modeVersion, policyID, rules string, version uint32, profile, initiator string, participants []string) *mode.Binding {
+	if t != nil {
+		t.Helper()
+	}
+	b := Binding(t, modeID, modeVersion, "", "", initiator, participants)
+	b.Profile = profile
+	if rules == "" {
+		return b
+	}
+	pol, err := policy.Parse(policy.Descriptor{ID: policyID, Mode: modeID, Rules: rules, SchemaVersion: version})
+	if err != nil {
+		msg := fmt.Sprintf("policy.Parse(v%d %s): %v", version, rules, err)
+		if t == nil {
+			panic(msg)
+		}
+		t.Fatal(msg)
+	}
+	b.Policy, b.PolicyVersion = pol, pol.Descriptor.ID
+	return b
+}

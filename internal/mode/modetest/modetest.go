@@ -27,6 +27,11 @@
 //
 // After an accepted Commitment the session is resolved and the core sends the
 // mode nothing more, so a sequence stops there.
+//
+// The spec's conformance fixtures run at the mode level with [RunFixtures]
+// (the April format, per mode) and [RunSpecFixtures] / [RunSpecFixture]
+// (both formats; the newest one has fully qualified payload_type names
+// and inline policies, see specfixtures.go), under a given profile.
 package modetest
 
 import (

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	multiroundv1 "github.com/macpd/macpd/gen/macp/modes/multi_round/v1"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/modetest"
@@ -92,6 +93,7 @@ func (gen) Binding(r *modetest.Rand) *mode.Binding {
 	if r.Chance(1, 4) {
 		b.Initiator = alice
 	}
+	b.Profile = r.Pick(coord.ProfileApril, coord.ProfileLatest) // payload decoding order differs
 	return b
 }
 
@@ -105,8 +107,11 @@ func (gen) Next(r *modetest.Rand, b *mode.Binding, seq int) modetest.Input {
 	}
 	var in modetest.Input
 	switch k := r.Intn(20); {
-	case k < 13:
+	case k < 9:
 		in = contributeIn(sender, r.Pick("a", "a", "b", "a", "", "é"))
+	case k < 13:
+		// The canonical protobuf ContributePayload.
+		in = rawIn(multiround.TypeContribute, sender, modetest.Marshal(&multiroundv1.ContributePayload{Value: r.Pick("a", "a", "b", "")}))
 	case k < 16:
 		in = commitIn(b.Initiator, !r.Chance(1, 4))
 	case k < 18:

@@ -21,6 +21,9 @@ import (
 	"io"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/proto"
+
+	multiroundv1 "github.com/macpd/macpd/gen/macp/modes/multi_round/v1"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
@@ -136,9 +139,9 @@ func (s *state) Step(b *mode.Binding, m *mode.Message) error {
 	if !ok {
 		return coord.Errorf(coord.CodeForbidden, "%s may not send %s: not a declared participant", m.Sender, m.Type)
 	}
-	v, err := parseContribute(m.Payload)
+	v, _, err := DecodeContribute(m.Payload, b.Profile)
 	if err != nil {
-		return invalid("Contribute payload must be UTF-8 JSON {\"value\": \"<string>\"}: %v", err)
+		return invalid("Contribute payload must be a macp.modes.multi_round.v1.ContributePayload or the legacy UTF-8 JSON {\"value\": \"<string>\"}: %v", err)
 	}
 	// MR-4: the session converged; only the Commitment remains.
 	if s.converged {
@@ -168,8 +171,57 @@ func (s *state) Step(b *mode.Binding, m *mode.Message) error {
 	return nil
 }
 
-// parseContribute decodes the Contribute payload: a UTF-8 JSON object with
-// a string member "value" (checklist MR-3, CONF-11).
+// Contribute payload formats (DecodeContribute).
+const (
+	FormatProto = "proto" // macp.modes.multi_round.v1.ContributePayload (macp-proto 0.1.6)
+	FormatJSON  = "json"  // legacy UTF-8 JSON {"value": "<string>"} (CONF-11)
+)
+
+// DecodeContribute returns the value of a Contribute payload and its
+// format. Two encodings exist: the canonical protobuf ContributePayload
+// {value = 1} and the legacy JSON object of the April baseline, which old
+// histories hold and must replay byte-identically.
+//
+// Decision (docs/spec-decisions.md "multi_round Contribute encodings"):
+// the two are told apart by trying both decoders strictly, in an order
+// fixed by the session's profile, so the result is a pure function of
+// (profile, bytes):
+//   - ProfileApril (and ""): a payload the legacy grammar (parseContribute)
+//     accepts is JSON; otherwise it must decode as ContributePayload. Every
+//     payload an April session ever accepted is therefore read exactly as
+//     before.
+//   - ProfileLatest: a payload that decodes as ContributePayload with no
+//     unknown field is protobuf; otherwise legacy JSON; otherwise protobuf
+//     with unknown fields (proto3 forward compatibility).
+//
+// The decoders overlap only on payloads that are at once a legacy JSON
+// object and an exact protobuf encoding: the first byte would have to be
+// 0x0a (the field-1 tag, which is also the JSON whitespace LF) followed by
+// a length byte that is itself JSON whitespace or '{' and a value that is
+// JSON; no encoder produces such a payload except on purpose, and the
+// profile order settles it deterministically. The protobuf value must be
+// valid UTF-8 (proto3 string). The empty payload is ContributePayload{}
+// (value "") under ProfileLatest; April sessions keep refusing it, as
+// they always did.
+func DecodeContribute(p []byte, profile string) (value, format string, err error) {
+	var pb multiroundv1.ContributePayload
+	pbErr := proto.Unmarshal(p, &pb)
+	exact := pbErr == nil && len(pb.ProtoReflect().GetUnknown()) == 0
+	if coord.IsLatest(profile) && exact {
+		return pb.Value, FormatProto, nil
+	}
+	v, jsonErr := parseContribute(p)
+	if jsonErr == nil {
+		return v, FormatJSON, nil
+	}
+	if pbErr == nil && (len(p) > 0 || coord.IsLatest(profile)) {
+		return pb.Value, FormatProto, nil
+	}
+	return "", "", jsonErr
+}
+
+// parseContribute decodes the legacy Contribute payload: a UTF-8 JSON
+// object with a string member "value" (checklist MR-3, CONF-11).
 //
 // Decisions: the key is matched case-sensitively and must appear once; its
 // value must be a JSON string (null, numbers, objects are refused); other
