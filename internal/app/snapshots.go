@@ -51,7 +51,8 @@ func (a *App) startSnapshots() {
 	go func() {
 		defer close(s.done)
 		terminal := func(ev runtime.LifecycleEvent) bool {
-			return ev.Type == macpv1.SessionLifecycleEvent_EVENT_TYPE_RESOLVED || ev.Type == macpv1.SessionLifecycleEvent_EVENT_TYPE_EXPIRED
+			return ev.Type == macpv1.SessionLifecycleEvent_EVENT_TYPE_RESOLVED || ev.Type == macpv1.SessionLifecycleEvent_EVENT_TYPE_EXPIRED ||
+				ev.Type == macpv1.SessionLifecycleEvent_EVENT_TYPE_CANCELLED
 		}
 		for ctx.Err() == nil {
 			w := a.rt.Lifecycle.Watch(terminal)

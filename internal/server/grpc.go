@@ -525,8 +525,8 @@ func (s *Service) WatchSessions(_ *macpv1.WatchSessionsRequest, stream grpc.Serv
 	// removes the entry, so it only shrinks.
 	synced := make(map[string]bool)
 	for _, md := range s.rt.ListSessions(ctx, id) {
-		if md.State != macpv1.SessionState_SESSION_STATE_OPEN {
-			continue
+		if st := md.State; st != macpv1.SessionState_SESSION_STATE_OPEN && st != macpv1.SessionState_SESSION_STATE_SUSPENDED {
+			continue // the initial sync lists the live (non-terminal) sessions
 		}
 		synced[md.SessionId] = true
 		ev := &macpv1.SessionLifecycleEvent{EventType: macpv1.SessionLifecycleEvent_EVENT_TYPE_CREATED, Session: md, ObservedAtUnixMs: now}

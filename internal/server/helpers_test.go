@@ -376,6 +376,14 @@ func rpcCalls(c macpv1.MACPRuntimeServiceClient) map[string]func(context.Context
 			_, err := c.GetSession(ctx, &macpv1.GetSessionRequest{SessionId: uuid.NewString()})
 			return err
 		},
+		"SuspendSession": func(ctx context.Context) error {
+			_, err := c.SuspendSession(ctx, &macpv1.SuspendSessionRequest{SessionId: uuid.NewString()})
+			return err
+		},
+		"ResumeSession": func(ctx context.Context) error {
+			_, err := c.ResumeSession(ctx, &macpv1.ResumeSessionRequest{SessionId: uuid.NewString()})
+			return err
+		},
 		"CancelSession": func(ctx context.Context) error {
 			_, err := c.CancelSession(ctx, &macpv1.CancelSessionRequest{SessionId: uuid.NewString()})
 			return err
@@ -469,8 +477,10 @@ func TestRPCCallsCoverService(t *testing.T) {
 			t.Errorf("rpcCalls lacks %s", s.StreamName)
 		}
 	}
-	if n != 22 || len(calls) != 22 {
-		t.Errorf("service has %d RPCs, rpcCalls %d; checklist RPC-23 says 22", n, len(calls))
+	// Checklist RPC-23 counts 22 at 17ca7a1; macp-proto 0.1.3 added
+	// SuspendSession and ResumeSession.
+	if n != 24 || len(calls) != 24 {
+		t.Errorf("service has %d RPCs, rpcCalls %d; want 24 (22 of the April spec + SuspendSession, ResumeSession)", n, len(calls))
 	}
 }
 

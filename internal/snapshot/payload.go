@@ -179,6 +179,11 @@ func Build(in Input, o Options) (*Payload, error) {
 		if last.GetMessageType() == coord.TypeSessionCancel {
 			p.Outcome.EndedBy = EndedByCancel
 		}
+	case macpv1.SessionState_SESSION_STATE_SUSPENDED:
+		p.State = StateSuspended
+	case macpv1.SessionState_SESSION_STATE_CANCELLED:
+		p.State = StateCancelled
+		p.Outcome = &Outcome{EndedBy: EndedByCancel}
 	default:
 		return nil, fmt.Errorf("%w: state %v", ErrInput, in.State)
 	}

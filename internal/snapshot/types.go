@@ -101,11 +101,14 @@ func class(s string) Class {
 	return c
 }
 
-// States (RFC-MACP-0001 §7.1).
+// States (RFC-MACP-0001 §7.2). SUSPENDED and CANCELLED occur only in
+// sessions that were suspended, or cancelled under profile latest.
 var (
-	StateOpen     = class("OPEN")
-	StateResolved = class("RESOLVED")
-	StateExpired  = class("EXPIRED")
+	StateOpen      = class("OPEN")
+	StateResolved  = class("RESOLVED")
+	StateExpired   = class("EXPIRED")
+	StateSuspended = class("SUSPENDED")
+	StateCancelled = class("CANCELLED")
 )
 
 // Window kinds (ADR-029 §2).
