@@ -16,7 +16,11 @@ package session_test
 //   - the dedup set is exactly the message ids of the enveloped records, and
 //     participant activity is exactly what the history implies;
 //   - replaying the records (Restore + Apply) reproduces the final state
-//     (RFC-MACP-0003 §1).
+//     (RFC-MACP-0003 §1);
+//   - under both profiles, with suspensions, resumptions and the suspension
+//     cap (RFC-MACP-0001 §7.5): a SUSPENDED session accepts no message, the
+//     cap expires it exactly when exceeded, cancellation ends it EXPIRED
+//     (2026-04) or CANCELLED (latest).
 //
 // Run: go test -fuzz=FuzzStep -fuzztime=90s ./internal/session/
 
@@ -113,6 +117,8 @@ func drive(t testing.TB, data []byte) runStats {
 	p := startPayload()
 	p.PolicyVersion = fuzzPolicies[r.intn(len(fuzzPolicies))]
 	p.TtlMs = 500 + int64(r.intn(4000))
+	p.MaxSuspendMs = int64(r.intn(3000))
+	lim.Profile = coord.Profiles[r.intn(len(coord.Profiles))]
 	if r.intn(3) == 0 {
 		p.Participants = []string{alice, bob, "carol"}
 	}
@@ -143,8 +149,29 @@ func drive(t testing.TB, data []byte) runStats {
 
 	for ops := 0; r.more() && ops < 256; ops++ {
 		before := snap(s)
-		op := r.intn(18)
+		op := r.intn(21)
+		expiryAt, live := s.ExpiryMs()
 		switch op {
+		case 18, 19: // SuspendSession, ResumeSession
+			caller := initiator
+			if r.intn(5) == 0 {
+				caller = fuzzSenders[r.intn(len(fuzzSenders))]
+			}
+			id := fmt.Sprintf("ctl-%d", r.intn(4))
+			var out session.Outcome
+			if op == 18 {
+				out = s.Suspend(caller, "r", id, now)
+			} else {
+				out = s.Resume(caller, "r", id, now)
+			}
+			checkControl(t, op == 18, before, s, out, caller, id, now, live && now >= expiryAt)
+			appendRecs("control", before, out.Records)
+			continue
+		case 20: // jump to the suspension cap, or just past it
+			if s.Status == session.Suspended {
+				now = expiryAt - 1 + int64(r.intn(3))
+			}
+			continue
 		case 12: // small clock move, sometimes backwards
 			now += int64(r.intn(600)) - 50
 			continue
@@ -165,13 +192,13 @@ func drive(t testing.TB, data []byte) runStats {
 				id = fuzzIDs[r.intn(len(fuzzIDs))]
 			}
 			out := s.Cancel(caller, "reason", id, now)
-			checkCancel(t, before, s, out, caller, id, now)
+			checkCancel(t, before, s, out, caller, id, now, live && now >= expiryAt)
 			appendRecs("Cancel", before, out.Records)
 			continue
 		case 16: // timer
 			rc, ok := s.ExpireIfDue(now)
-			if ok != (before.status == session.Open && now >= before.deadline) {
-				t.Fatalf("ExpireIfDue(%d) = %v with status %s deadline %d", now, ok, before.status, before.deadline)
+			if ok != (live && now >= expiryAt) || (before.status == session.Open && ok != (now >= before.deadline)) {
+				t.Fatalf("ExpireIfDue(%d) = %v with status %s deadline %d expiry %d", now, ok, before.status, before.deadline, expiryAt)
 			}
 			if ok {
 				if rc.Kind != session.KindExpire || s.Status != session.Expired || s.ClosedAtMs != now {
@@ -213,7 +240,7 @@ func drive(t testing.TB, data []byte) runStats {
 			}
 			// The only rejection with records: the deadline passed.
 			if len(out.Records) != 1 || out.Records[0].Kind != session.KindExpire || out.Err.Code != coord.CodeSessionNotOpen ||
-				before.status != session.Open || after.status != session.Expired || now < before.deadline || after.closedAt != now {
+				before.status.Terminal() || after.status != session.Expired || !live || now < expiryAt || after.closedAt != now {
 				t.Fatalf("%s: rejection %v with records %+v (status %s -> %s)", what, out.Err, out.Records, before.status, after.status)
 			}
 			if before.diff(withLifecycle(after, before)) != "" {
@@ -344,7 +371,7 @@ func fuzzEnvelope(t testing.TB, r *byteReader, op int) *macpv1.Envelope {
 	return e
 }
 
-func checkCancel(t testing.TB, before state, s *session.Session, out session.Outcome, caller, id string, now int64) {
+func checkCancel(t testing.TB, before state, s *session.Session, out session.Outcome, caller, id string, now int64, due bool) {
 	t.Helper()
 	after := snap(s)
 	what := fmt.Sprintf("Cancel(%q, %q) at %d", caller, id, now)
@@ -359,7 +386,7 @@ func checkCancel(t testing.TB, before state, s *session.Session, out session.Out
 				t.Fatalf("%s: initiator forbidden", what)
 			}
 		case coord.CodeInternalError:
-			if caller != initiator || before.status != session.Open || (id != "" && !s.Seen(id)) {
+			if caller != initiator || before.status.Terminal() || (id != "" && !s.Seen(id)) {
 				t.Fatalf("%s: unexpected internal error %v", what, out.Err)
 			}
 		default:
@@ -370,15 +397,58 @@ func checkCancel(t testing.TB, before state, s *session.Session, out session.Out
 			t.Fatalf("%s: no records but status %s / changed %s", what, before.status, before.diff(after))
 		}
 	default:
-		if caller != initiator || before.status != session.Open || after.status != session.Expired || len(out.Records) != 1 || after.closedAt != now {
+		k := out.Records[0].Kind
+		want := session.Expired
+		if k == session.KindCancel && s.Latest() {
+			want = session.Cancelled
+		}
+		if caller != initiator || before.status.Terminal() || after.status != want || len(out.Records) != 1 || after.closedAt != now {
 			t.Fatalf("%s: %+v with status %s -> %s", what, out, before.status, after.status)
 		}
-		k := out.Records[0].Kind
-		if (k == session.KindExpire) != (now >= before.deadline) || (k != session.KindExpire && k != session.KindCancel) {
+		if (k == session.KindExpire) != due || (k != session.KindExpire && k != session.KindCancel) {
 			t.Fatalf("%s: record kind %s with deadline %d", what, k, before.deadline)
 		}
 		if k == session.KindCancel && (after.cancellation.GetCancelledBy() != caller || out.Records[0].Envelope.Sender != coord.RuntimeSender) {
 			t.Fatalf("%s: cancellation %v", what, after.cancellation)
+		}
+	}
+}
+
+// checkControl checks a Suspend (suspend set) or Resume outcome: refused
+// calls change nothing; a call past the session's expiry expires it; an
+// accepted call moves OPEN <-> SUSPENDED with one runtime-emitted record.
+func checkControl(t testing.TB, suspend bool, before state, s *session.Session, out session.Outcome, caller, id string, now int64, due bool) {
+	t.Helper()
+	after := snap(s)
+	what := fmt.Sprintf("Suspend=%v(%q, %q) at %d from %s", suspend, caller, id, now, before.status)
+	from, to, kind := session.Open, session.Suspended, session.KindSuspend
+	if !suspend {
+		from, to, kind = session.Suspended, session.Open, session.KindResume
+	}
+	switch {
+	case caller != initiator:
+		if coord.CodeOf(out.Err) != coord.CodeForbidden || len(out.Records) != 0 || before.diff(after) != "" {
+			t.Fatalf("%s: %+v changed %s", what, out, before.diff(after))
+		}
+	case due:
+		if coord.CodeOf(out.Err) != coord.CodeSessionNotOpen || len(out.Records) != 1 || out.Records[0].Kind != session.KindExpire || after.status != session.Expired {
+			t.Fatalf("%s: past expiry: %+v status %s", what, out, after.status)
+		}
+	case before.status != from:
+		if coord.CodeOf(out.Err) != coord.CodeSessionNotOpen || len(out.Records) != 0 || before.diff(after) != "" {
+			t.Fatalf("%s: %+v changed %s", what, out, before.diff(after))
+		}
+	case before.seenID(id):
+		if coord.CodeOf(out.Err) != coord.CodeInternalError || len(out.Records) != 0 || before.diff(after) != "" {
+			t.Fatalf("%s: reused id: %+v", what, out)
+		}
+	default:
+		if out.Err != nil || len(out.Records) != 1 || out.Records[0].Kind != kind || after.status != to ||
+			out.Records[0].Status != to || out.Records[0].Envelope.GetSender() != coord.RuntimeSender {
+			t.Fatalf("%s: %+v status %s", what, out, after.status)
+		}
+		if !suspend && s.DeadlineMs < now {
+			t.Fatalf("%s: resumed with deadline %d before now", what, s.DeadlineMs)
 		}
 	}
 }
@@ -416,8 +486,8 @@ func checkHistoryImplies(t testing.TB, s *session.Session, history []session.Rec
 			t.Fatalf("message id %q accepted twice", rc.Envelope.MessageId)
 		}
 		ids[rc.Envelope.MessageId] = true
-		if rc.Kind == session.KindCancel {
-			continue
+		if rc.Kind == session.KindCancel || rc.Kind == session.KindSuspend || rc.Kind == session.KindResume {
+			continue // the runtime's own envelopes are not participant activity
 		}
 		a := act[rc.Envelope.Sender]
 		a.ParticipantID = rc.Envelope.Sender

@@ -359,6 +359,15 @@ type state struct {
 	activity     []session.Activity
 }
 
+func (st state) seenID(id string) bool {
+	for _, x := range st.seen {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
 func snap(s *session.Session) state {
 	return state{
 		md:           s.Metadata(),
