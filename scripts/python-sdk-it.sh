@@ -134,24 +134,47 @@ protoc "${INCLUDES[@]}" \
 # matching the layout of the macp-proto wheel.
 find "$STUBS/macp" -type d -exec touch {}/__init__.py \;
 
-# Smoke-import what the SDK needs, so a stub problem fails loudly here rather
-# than as a pile of collection errors.
-PYTHONPATH="$STUBS" PYTHONNOUSERSITE=1 $PY - <<'EOF'
-import importlib
-mods = [
+# Smoke-import every generated module (macp/modes/multi_round/v1 included when
+# proto/ has it), so a stub problem fails loudly here rather than as a pile of
+# collection errors; then check the message shapes the SDK relies on.
+# SDK 0.3.0 (April) needs the macp-proto 0.1.2 StreamSessionRequest; SDK 0.4.0
+# (macp-proto >=0.1.3) also calls SuspendSession/ResumeSession and reads
+# CANCELLED and CommitmentPayload.supersedes, which our 0.1.6 tree has.
+SDK_WANTS_013=0
+grep -q 'SuspendSession' "$SDK_DIR/src/macp_sdk/client.py" 2>/dev/null && SDK_WANTS_013=1
+(cd "$STUBS" && find macp -name '*_pb2*.py' | LC_ALL=C sort | sed 's/\.py$//; s#/#.#g') >"$STUBS/.modules"
+PYTHONPATH="$STUBS" PYTHONNOUSERSITE=1 SDK_WANTS_013=$SDK_WANTS_013 PROTO_DIR_SHOWN="$PROTO_DIR" \
+  $PY - "$STUBS/.modules" <<'EOF'
+import importlib, os, sys
+mods = open(sys.argv[1]).read().split()
+for m in mods:
+    importlib.import_module(m)
+needed = [
     "macp.v1.core_pb2", "macp.v1.core_pb2_grpc", "macp.v1.envelope_pb2",
     "macp.v1.policy_pb2",
     "macp.modes.decision.v1.decision_pb2", "macp.modes.proposal.v1.proposal_pb2",
     "macp.modes.task.v1.task_pb2", "macp.modes.handoff.v1.handoff_pb2",
     "macp.modes.quorum.v1.quorum_pb2",
 ]
-for m in mods:
-    importlib.import_module(m)
+absent = [m for m in needed if m not in mods]
+if absent:
+    raise SystemExit(f"stubs lack modules {absent}")
 from macp.v1 import core_pb2
 fields = {f.name for f in core_pb2.StreamSessionRequest.DESCRIPTOR.fields}
 missing = {"envelope", "subscribe_session_id", "after_sequence"} - fields
 if missing:
     raise SystemExit(f"StreamSessionRequest lacks fields {sorted(missing)} (SDK needs macp-proto>=0.1.2 shape)")
+if os.environ.get("SDK_WANTS_013") == "1":
+    methods = {m.name for s in core_pb2.DESCRIPTOR.services_by_name.values() for m in s.methods}
+    lacks = [n for n in ("SuspendSession", "ResumeSession") if n not in methods]
+    if "supersedes" not in {f.name for f in core_pb2.CommitmentPayload.DESCRIPTOR.fields}:
+        lacks.append("CommitmentPayload.supersedes")
+    from macp.v1 import envelope_pb2
+    if "SESSION_STATE_CANCELLED" not in envelope_pb2.SessionState.keys():
+        lacks.append("SESSION_STATE_CANCELLED")
+    if lacks:
+        raise SystemExit(f"the SDK needs macp-proto>=0.1.3; the stubs lack {lacks}")
+print(f"python-sdk-it: {len(mods)} stub modules from {os.environ['PROTO_DIR_SHOWN']} import cleanly", file=sys.stderr)
 EOF
 
 # ── 3. Run pytest ───────────────────────────────────────────────────────
