@@ -163,8 +163,8 @@ else
   low=${PROTO_RANGE#[\^~]}
   low=${low#>=}
   case "$PROTO_RANGE" in
-    \^0.1.[0-6] | ~0.1.6 | '>='0.1.[0-6] | '') SHIM_VERSION=0.1.6 ;;
-    0.1.6 | \^0.1.[78] | ~0.1.[78] | 0.1.[78] | '>='0.1.[78]) SHIM_VERSION=$low ;;
+    '^'0.1.[0-6] | ~0.1.6 | '>='0.1.[0-6] | '') SHIM_VERSION=0.1.6 ;;
+    0.1.6 | '^'0.1.[78] | ~0.1.[78] | 0.1.[78] | '>='0.1.[78]) SHIM_VERSION=$low ;;
     *)
       echo "error: the SDK asks for @multiagentcoordinationprotocol/proto $PROTO_RANGE; proto/ is the 0.1.6 (= 0.1.7 = 0.1.8) surface." >&2
       echo "       Point MACP_PROTO_DIR at the matching tree and set MACP_TS_IT_PROTO_VERSION." >&2
