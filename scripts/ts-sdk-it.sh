@@ -38,11 +38,21 @@
 # registry that needs credentials (it is not on the public npm registry), and
 # its package-lock.json is out of sync with package.json. That package is
 # nothing but the raw .proto files plus `module.exports = { protoDir }`, so we
-# build an equivalent local package from our proto/ (wire-identical to the spec
-# baseline) and install the SDK's other dependencies, at the versions its
+# build an equivalent local package from our proto/macp (the macp-proto 0.1.6
+# wire surface, which 0.1.7 and 0.1.8 carry unchanged; see step 1 for the
+# version it takes) and install the SDK's other dependencies, at the versions its
 # package.json asks for, into a cache directory outside SDK_DIR. The SDK's
 # files are copied into a per-run directory below that cache (so Node finds the
 # cached node_modules) and vitest runs there.
+#
+# Versions and profiles: the current SDK (0.6.0, proto ^0.1.8) expects
+# CancelSession to end a session CANCELLED, so run macpd with
+# MACP_PROFILE=latest (44 of 48 pass); the April SDK (0.3.0, proto ^0.1.2)
+# runs against the default profile 2026-04 (42 of 46 pass). The 4 failures
+# are the suite's own (docs/sdk-suites.md has each fix): lowercase 'approve'
+# votes (3 tests, one a knock-on; the Direct-agent one also waits on a stream
+# it never binds: add `await stream.sendSubscribe(sessionId)`), and a
+# synchronous throw expected from an async method (use `.rejects.toThrow`).
 set -euo pipefail
 
 usage() {
@@ -112,24 +122,63 @@ case "$PROTO_DIR" in
   /*) ;;
   *) PROTO_DIR="$ROOT/$PROTO_DIR" ;;
 esac
-PROTOS=(macp/v1/core.proto macp/v1/envelope.proto macp/v1/policy.proto
-  macp/modes/decision/v1/decision.proto macp/modes/proposal/v1/proposal.proto
-  macp/modes/task/v1/task.proto macp/modes/handoff/v1/handoff.proto
-  macp/modes/quorum/v1/quorum.proto)
+# The files the SDK itself loads: the PROTO_FILES list of its
+# src/proto-registry.ts (0.3.0 names the 8 core and mode files; 0.5.0+ adds
+# macp/modes/multi_round/v1/multi_round.proto). Every one must be in our tree.
+NEEDED=()
+if [[ -f "$SDK_DIR/src/proto-registry.ts" ]]; then
+  mapfile -t NEEDED < <(grep -oE "'macp/[A-Za-z0-9_/]+\.proto'" "$SDK_DIR/src/proto-registry.ts" | tr -d "'" | LC_ALL=C sort -u)
+fi
+if [[ ${#NEEDED[@]} -eq 0 ]]; then
+  NEEDED=(macp/v1/core.proto macp/v1/envelope.proto macp/v1/policy.proto
+    macp/modes/decision/v1/decision.proto macp/modes/proposal/v1/proposal.proto
+    macp/modes/task/v1/task.proto macp/modes/handoff/v1/handoff.proto
+    macp/modes/quorum/v1/quorum.proto)
+fi
 missing=()
-for f in "${PROTOS[@]}"; do
+for f in "${NEEDED[@]}"; do
   [[ -f "$PROTO_DIR/$f" ]] || missing+=("$f")
 done
 if [[ ${#missing[@]} -gt 0 ]]; then
-  echo "error: proto dir $PROTO_DIR lacks: ${missing[*]} (set MACP_PROTO_DIR)" >&2
+  echo "error: proto dir $PROTO_DIR lacks: ${missing[*]} (the SDK's src/proto-registry.ts loads them; set MACP_PROTO_DIR)" >&2
   exit 2
 fi
+# The stand-in package carries the whole macp/ tree (as the real package does),
+# not only the files the SDK names.
+mapfile -t PROTOS < <(cd "$PROTO_DIR" && find macp -name '*.proto' | LC_ALL=C sort)
+
+# The version the stand-in calls itself. Our proto/ is the macp-proto 0.1.6
+# wire surface; the real package's .proto content is identical from 0.1.6
+# through 0.1.8 (the SDK's own 0.5.0 commit, c50ec75, says "resolves 0.1.8;
+# content identical through 0.1.8"). So the stand-in is 0.1.6 when the SDK's
+# range admits it (e.g. ^0.1.2 for SDK 0.3.0, ^0.1.6) and otherwise the lowest
+# version the range names, when that is 0.1.7 or 0.1.8 (^0.1.8 for SDK 0.6.0).
+# A range asking for anything newer is refused: our tree is not that package.
+# MACP_TS_IT_PROTO_VERSION overrides (with MACP_PROTO_DIR pointing at the
+# matching tree).
+PROTO_RANGE=$(node -p 'const p=require(process.argv[1]); (p.dependencies||{})["@multiagentcoordinationprotocol/proto"] || ""' "$SDK_DIR/package.json")
+if [[ -n ${MACP_TS_IT_PROTO_VERSION:-} ]]; then
+  SHIM_VERSION=$MACP_TS_IT_PROTO_VERSION
+else
+  low=${PROTO_RANGE#[\^~]}
+  low=${low#>=}
+  case "$PROTO_RANGE" in
+    '^'0.1.[0-6] | ~0.1.6 | '>='0.1.[0-6] | '') SHIM_VERSION=0.1.6 ;;
+    0.1.6 | '^'0.1.[78] | ~0.1.[78] | 0.1.[78] | '>='0.1.[78]) SHIM_VERSION=$low ;;
+    *)
+      echo "error: the SDK asks for @multiagentcoordinationprotocol/proto $PROTO_RANGE; proto/ is the 0.1.6 (= 0.1.7 = 0.1.8) surface." >&2
+      echo "       Point MACP_PROTO_DIR at the matching tree and set MACP_TS_IT_PROTO_VERSION." >&2
+      exit 2
+      ;;
+  esac
+fi
+echo "ts-sdk-it: SDK asks for @multiagentcoordinationprotocol/proto ${PROTO_RANGE:-(none)}; stand-in $SHIM_VERSION from $PROTO_DIR (${#PROTOS[@]} files)" >&2
 
 # ── 2. Dependencies, cached by what determines them ─────────────────────
 CACHE=${MACP_TS_IT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/macpd-ts-sdk-it}
 KEY=$(
   {
-    echo v1
+    echo v2 "$SHIM_VERSION"
     cat "$SDK_DIR/package.json"
     [[ -f "$SDK_DIR/package-lock.json" ]] && cat "$SDK_DIR/package-lock.json"
     for f in "${PROTOS[@]}"; do echo "$f"; cat "$PROTO_DIR/$f"; done
@@ -152,11 +201,11 @@ if [[ ! -f "$DEPS/.complete" ]]; then
     cp "$PROTO_DIR/$f" "$SHIM/proto/$f"
   done
   # Same shape as the spec repo's packages/proto-npm (index.js exports protoDir).
-  cat >"$SHIM/package.json" <<'EOF'
+  cat >"$SHIM/package.json" <<EOF
 {
   "name": "@multiagentcoordinationprotocol/proto",
-  "version": "0.1.2",
-  "description": "macpd's proto/ standing in for the MACP proto package (raw .proto files)",
+  "version": "$SHIM_VERSION",
+  "description": "macpd's proto/ (macp-proto 0.1.6 wire surface) standing in for the MACP proto package (raw .proto files)",
   "license": "Apache-2.0",
   "main": "index.js"
 }
@@ -178,6 +227,7 @@ EOF
       devDependencies: { ...(p.devDependencies || {}) },
     };
     out.dependencies["@multiagentcoordinationprotocol/proto"] = "file:./proto-shim";
+    delete out.devDependencies["@multiagentcoordinationprotocol/proto"];
     fs.writeFileSync(process.env.OUT, JSON.stringify(out, null, 2) + "\n");
     // Keep the lock for every other package, minus the proto entry (whose
     // resolved URL is the credentialed registry).
