@@ -97,7 +97,13 @@ func TestInitializeAdvertisesExactlyWhatIsImplemented(t *testing.T) {
 		PolicyRegistry: &macpv1.PolicyRegistryCapability{RegisterPolicy: true, ListPolicies: true, ListChanged: true},
 		// checklist RPC-11: the reference runtime's flag for the
 		// extension-mode lifecycle RPCs (RFC-MACP-0006 §3.6).
-		Experimental: &macpv1.ExperimentalCapabilities{Features: map[string]string{"ext_mode_lifecycle": "true"}},
+		// The profile new sessions are bound to, the profiles served, and
+		// the features added after the April spec (profiles_test.go,
+		// docs/spec-decisions.md "Profiles").
+		Experimental: &macpv1.ExperimentalCapabilities{Features: map[string]string{
+			"ext_mode_lifecycle": "true", "macpd.profile": "2026-04", "macpd.profiles": "2026-04,2026-09",
+			"session_suspension": "true", "list_sessions_paging": "true", "commitment_supersedes": "true",
+		}},
 	}
 	if !proto.Equal(r.Capabilities, want) {
 		t.Errorf("capabilities\n got %v\nwant %v", r.Capabilities, want)
