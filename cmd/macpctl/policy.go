@@ -29,6 +29,7 @@ func (c *cli) policy(args []string) error {
 	description := c.FS.String("description", "", "register: a human-readable description")
 	rules := c.FS.String("rules", "", "register: the rules as JSON text (default {})")
 	rulesFile := c.FS.String("rules-file", "", "register: a file holding the rules JSON")
+	schemaVersion := c.FS.Uint("schema-version", 1, "register: the rule schema version of the rules (1, 2 or 3; docs/policies.md)")
 	count := c.FS.Int("count", 0, "watch: stop after N lists (0: until interrupted)")
 	pos, err := c.Parse(args, -1)
 	if err != nil {
@@ -43,7 +44,7 @@ func (c *cli) policy(args []string) error {
 		for _, a := range allowed {
 			ok[a] = true
 		}
-		for _, f := range []string{"id", "mode", "description", "rules", "rules-file", "count"} {
+		for _, f := range []string{"id", "mode", "description", "rules", "rules-file", "schema-version", "count"} {
 			if c.Set(f) && !ok[f] {
 				return clikit.Usagef("policy %s does not take --%s", sub, f)
 			}
@@ -58,7 +59,7 @@ func (c *cli) policy(args []string) error {
 	}
 	switch sub {
 	case "register":
-		if err := only("id", "mode", "description", "rules", "rules-file"); err != nil {
+		if err := only("id", "mode", "description", "rules", "rules-file", "schema-version"); err != nil {
 			return err
 		}
 		if len(pos) > 0 {
@@ -91,6 +92,10 @@ func (c *cli) policy(args []string) error {
 		if err != nil {
 			return err
 		}
+		if *schemaVersion > 1<<32-1 {
+			return clikit.Usagef("--schema-version %d is out of range", *schemaVersion)
+		}
+		d.SchemaVersion = uint32(*schemaVersion)
 		return c.Call(func(ctx context.Context, cl *sdk.Client) error {
 			if err := cl.RegisterPolicy(ctx, d); err != nil {
 				return err

@@ -63,6 +63,25 @@ func TestPolicyCommands(t *testing.T) {
 		t.Fatalf("get bad: %+v", res)
 	}
 
+	// --schema-version registers a newer rule schema (docs/policies.md);
+	// a version-2 key is refused under version 1, a misspelled key always.
+	res = r.ok("policy", "register", "--id", "policy.test.v3", "--mode", "macp.mode.decision.v1", "--schema-version", "3",
+		"--rules", `{"voting":{"algorithm":"majority"},"objection_handling":{"critical_objection_action":"finalize_decline"}}`)
+	if v, _ := obj(t, res.out)["schema_version"].(float64); v != 3 {
+		t.Fatalf("schema_version: %s", res.out)
+	}
+	for _, tc := range []struct{ version, rules string }{
+		{"1", `{"objection_handling":{"critical_objection_action":"deny"}}`},
+		{"3", `{"votin":{"algorithm":"majority"}}`},
+		{"4", `{}`},
+	} {
+		res = r.run("policy", "register", "--id", "policy.test.refused", "--mode", "macp.mode.decision.v1", "--schema-version", tc.version, "--rules", tc.rules)
+		if res.code != clikit.ExitRejected || !strings.Contains(res.errOut, "INVALID_POLICY_DEFINITION") {
+			t.Fatalf("schema_version %s rules %s: %+v", tc.version, tc.rules, res)
+		}
+	}
+	r.ok("policy", "unregister", "policy.test.v3")
+
 	w := <-watched // the initial list, then the registration
 	lines := w.lines()
 	if w.code != 0 || len(lines) != 2 || strings.Contains(lines[0], "policy.test.majority") || !strings.Contains(lines[1], "policy.test.majority") {
