@@ -344,3 +344,84 @@ func TestRestartSessionsOfBothProfiles(t *testing.T) {
 		t.Fatalf("the capped session has %d expire records", n)
 	}
 }
+
+// A SUSPENDED session whose suspension cap passes while the runtime is
+// down (Pebble, fake clock) expires exactly once after the restart, under
+// a server bound to the other profile: by its timer, due at boot, at the
+// restarted runtime's instant; or, when a ResumeSession comes first, by
+// that resume (SESSION_NOT_OPEN, the expiry stored), after which its timer
+// finds nothing to do. A third session, resumed before the cap, is OPEN
+// with its banked TTL.
+func TestRestartSuspensionCapPassedWhileDown(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "data")
+	clk := clocktest.New()
+	st, err := pebblestore.Open(dir, pebblestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1 := New(st, testModes(), defaultPolicies, Options{Clock: clk, Limits: profileLimits(coord.ProfileLatest)})
+	if err := r1.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var byTimer, byResume, resumed string
+	for _, p := range []*string{&byTimer, &byResume, &resumed} {
+		*p = newSID()
+		mustOK(t, r1, initID, startCapped(clk, *p, 600_000, 1_000))
+		ack, cerr := r1.Suspend(ctx, initID, *p, "waiting")
+		mustControlAck(t, "suspend", ack, cerr, macpv1.SessionState_SESSION_STATE_SUSPENDED)
+	}
+	clk.Advance(500 * time.Millisecond)
+	ack, cerr := r1.Resume(ctx, initID, resumed, "ready")
+	mustControlAck(t, "resume", ack, cerr, macpv1.SessionState_SESSION_STATE_OPEN)
+	wantDeadline := clk.NowMs() + 600_000
+	r1.Close()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(5 * time.Second) // both caps pass while down
+
+	st, err = pebblestore.Open(dir, pebblestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r2, due := newRTHeldTimers(t, st, Options{Clock: clk, Limits: profileLimits(coord.ProfileApril)})
+	fired := map[string]bool{}
+	for range 2 {
+		fired[recv(t, due, "a due suspension cap")] = true
+	}
+	if !fired[byTimer] || !fired[byResume] {
+		t.Fatalf("due at boot: %v; want the two suspended sessions", fired)
+	}
+	// ResumeSession first: the session expires instead.
+	if ack, cerr := r2.Resume(ctx, initID, byResume, "too late"); cerr == nil || cerr.Code != coord.CodeSessionNotOpen || ack != nil {
+		t.Fatalf("resume past the cap: %v %v; want SESSION_NOT_OPEN", ack, cerr)
+	}
+	now := clk.NowMs()
+	r2.expireByTimer(byResume)
+	r2.expireByTimer(byTimer)
+	eventually(t, 10*time.Second, "the timer's expiry to be stored", func() bool {
+		recs := stored(t, st, byTimer)
+		return recs[len(recs)-1].Kind == session.KindExpire
+	})
+	r2.Close() // waits for the expiry workers
+	for _, sid := range []string{byTimer, byResume} {
+		recs := stored(t, st, sid)
+		last := recs[len(recs)-1]
+		if len(recs) != 3 || countRecKind(recs, session.KindExpire) != 1 || last.Kind != session.KindExpire || last.AcceptedAtMs != now {
+			t.Fatalf("session %s (by timer %v): %d records, last %s at %d; want start, suspend, one expiry at %d", sid, sid == byTimer, len(recs), last.Kind, last.AcceptedAtMs, now)
+		}
+	}
+	if recs := stored(t, st, resumed); len(recs) != 3 || recs[2].Kind != session.KindResume || recs[0].Start.Profile != coord.ProfileLatest {
+		t.Fatalf("resumed session: %d records", len(recs))
+	}
+	r3 := newRT(t, st, Options{Clock: clk, Limits: profileLimits(coord.ProfileApril)})
+	if got := profStateOf(t, r3, resumed); got.status != session.Open || got.deadline != wantDeadline || got.suspendedTotal != 500 {
+		t.Fatalf("resumed session after the restarts: %v; want OPEN, deadline %d", got, wantDeadline)
+	}
+	ok, failed, err := verify.Verify(ctx, st, testModes(), session.DefaultLimits(), nil)
+	if err != nil || ok != 3 || failed != 0 {
+		t.Fatalf("verify: %d ok, %d failed, %v", ok, failed, err)
+	}
+}
