@@ -140,3 +140,32 @@ func TestCheckerFindsControlDamage(t *testing.T) {
 		})
 	}
 }
+
+// The profile a session must be bound to is that of the incarnation that
+// both received and answered its SessionStart; a SessionStart whose
+// answer straddled a restart leaves it unknown.
+func TestExpectedProfile(t *testing.T) {
+	d := &daemon{profiles: []string{"", "latest", coord.ProfileApril, coord.ProfileLatest}}
+	for n, want := range []string{1: coord.ProfileApril, 2: coord.ProfileLatest, 3: coord.ProfileApril, 4: coord.ProfileLatest, 5: coord.ProfileApril, 6: coord.ProfileLatest} {
+		if n > 0 && d.profileOf(n) != want {
+			t.Fatalf("incarnation %d: profile %s, want %s", n, d.profileOf(n), want)
+		}
+	}
+	start := func(inc0, inc1 int, out outcome) []*sendRec {
+		return []*sendRec{{typ: sdk.TypeSessionStart, inc0: inc0, inc1: inc1, out: out}, {typ: sdk.TypeProposal, inc0: 9, inc1: 9, out: acked}}
+	}
+	for _, c := range []struct {
+		recs []*sendRec
+		want string
+	}{
+		{start(2, 2, acked), coord.ProfileLatest},
+		{start(3, 3, unknown), coord.ProfileApril},
+		{start(2, 3, unknown), ""},
+		{start(1, 2, acked), ""},
+		{start(2, 2, rejected), ""},
+	} {
+		if got := expectedProfile(c.recs, d.profileOf); got != c.want {
+			t.Fatalf("SessionStart %+v: profile %q, want %q", *c.recs[0], got, c.want)
+		}
+	}
+}
