@@ -14,6 +14,7 @@ import (
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/bench/loadgen"
+	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
@@ -61,13 +62,15 @@ type sessionView struct {
 	// seq is the macp-session-sequence header: the last sequence number.
 	seq uint64
 	err error
+	// profile is the profile the session must be bound to ("": unknown).
+	profile string
 }
 
 // readHistory reads a session's whole history with a StreamSession passive
 // subscription from sequence 0, using the macp-session-sequence header to
 // know when it has everything (an OPEN session's stream never ends).
 func readHistory(ctx context.Context, cl macpv1.MACPRuntimeServiceClient, sid string) ([]*macpv1.Envelope, uint64, error) {
-	ctx, cancel := context.WithTimeout(asIdentity(ctx, loadgen.DefaultInitiator), 30*time.Second)
+	ctx, cancel := context.WithTimeout(asIdentity(ctx, initiator), 30*time.Second)
 	defer cancel()
 	stream, err := cl.StreamSession(ctx)
 	if err != nil {
@@ -138,7 +141,7 @@ func readSessions(ctx context.Context, cl macpv1.MACPRuntimeServiceClient, ids [
 			defer func() { <-sem; wg.Done() }()
 			v := &sessionView{}
 			defer func() { mu.Lock(); out[sid] = v; mu.Unlock() }()
-			gctx, cancel := context.WithTimeout(asIdentity(ctx, loadgen.DefaultInitiator), 10*time.Second)
+			gctx, cancel := context.WithTimeout(asIdentity(ctx, initiator), 10*time.Second)
 			resp, err := cl.GetSession(gctx, &macpv1.GetSessionRequest{SessionId: sid})
 			cancel()
 			if err != nil {
@@ -161,7 +164,7 @@ func readSessions(ctx context.Context, cl macpv1.MACPRuntimeServiceClient, ids [
 
 // listSessions returns the ids ListSessions shows the initiator.
 func listSessions(ctx context.Context, cl macpv1.MACPRuntimeServiceClient) (map[string]bool, error) {
-	ctx, cancel := context.WithTimeout(asIdentity(ctx, loadgen.DefaultInitiator), 30*time.Second)
+	ctx, cancel := context.WithTimeout(asIdentity(ctx, initiator), 30*time.Second)
 	defer cancel()
 	resp, err := cl.ListSessions(ctx, &macpv1.ListSessionsRequest{})
 	if err != nil {
@@ -176,9 +179,13 @@ func listSessions(ctx context.Context, cl macpv1.MACPRuntimeServiceClient) (map[
 
 // checkOnline checks what the running server serves against everything
 // that was sent (tracker) and acked (the acked logs' entries).
-func checkOnline(ctx context.Context, cl macpv1.MACPRuntimeServiceClient, tr *tracker, entries []loadgen.Acked) (*findings, map[string]*sessionView) {
+//
+// profileOf names the profile each macpd incarnation bound new sessions to
+// (daemon.profileOf); nil: every session is April.
+func checkOnline(ctx context.Context, cl macpv1.MACPRuntimeServiceClient, tr *tracker, entries []loadgen.Acked, profileOf func(int) string) (*findings, map[string]*sessionView) {
 	f := &findings{}
 	sends, order, attempted := tr.snapshot()
+	ctrls := tr.controls()
 
 	// The acked logs hold exactly the ok Acks the interceptor saw.
 	logged := map[string]bool{}
@@ -237,21 +244,64 @@ func checkOnline(ctx context.Context, cl macpv1.MACPRuntimeServiceClient, tr *tr
 		entriesBySession[a.SessionID] = append(entriesBySession[a.SessionID], a)
 	}
 	for _, sid := range ids {
-		checkSession(f, sid, views[sid], recsBySession[sid], entriesBySession[sid], sends, listed != nil && listed[sid], listed != nil)
+		v := views[sid]
+		v.profile = expectedProfile(recsBySession[sid], profileOf)
+		checkSession(f, sid, v, recsBySession[sid], ctrls[sid], entriesBySession[sid], sends, listed != nil && listed[sid], listed != nil)
 	}
 	return f, views
 }
 
+// expectedProfile is the profile a session must be bound to: that of the
+// incarnation that answered its SessionStart, when one incarnation both
+// received and answered it; "" when that is not known (the SessionStart's
+// answer straddled a restart).
+func expectedProfile(recs []*sendRec, profileOf func(int) string) string {
+	for _, rec := range recs {
+		if rec.typ != sdk.TypeSessionStart || rec.out == rejected {
+			continue
+		}
+		switch {
+		case profileOf == nil:
+			return coord.ProfileApril
+		case rec.inc0 == rec.inc1 && rec.inc0 > 0:
+			return profileOf(rec.inc0)
+		}
+	}
+	return ""
+}
+
+// isControl reports whether env is a runtime-emitted control record
+// (SessionCancel, SessionSuspend, SessionResume).
+func isControl(env *macpv1.Envelope) bool {
+	switch env.GetMessageType() {
+	case coord.TypeSessionCancel, coord.TypeSessionSuspend, coord.TypeSessionResume:
+		return env.GetSender() == coord.RuntimeSender
+	}
+	return false
+}
+
 // checkSession checks one session as read back.
-func checkSession(f *findings, sid string, v *sessionView, recs []*sendRec, entries []loadgen.Acked, sends map[string]*sendRec, isListed, haveList bool) {
+func checkSession(f *findings, sid string, v *sessionView, recs []*sendRec, ctrls []*ctrlRec, entries []loadgen.Acked, sends map[string]*sendRec, isListed, haveList bool) {
 	ackedIDs := map[string]bool{}
 	for _, rec := range recs {
 		if rec.out == acked {
 			ackedIDs[rec.mid] = true
 		}
 	}
+	ackedCtrl := map[string]*ctrlRec{}
+	unknownCtrl := map[string]int{} // by record type
+	for _, c := range ctrls {
+		switch {
+		case c.out == acked && c.mid != "":
+			ackedCtrl[c.mid] = c
+		case c.out == acked:
+			f.add("session %s: %s acked (%s) without naming its record", sid, c.typ, c.state)
+		case c.out == unknown:
+			unknownCtrl[c.typ]++
+		}
+	}
 	if v.err != nil {
-		f.Checked += len(ackedIDs)
+		f.Checked += len(ackedIDs) + len(ackedCtrl)
 		f.add("session %s: unreadable: %v", sid, v.err)
 		return
 	}
@@ -267,10 +317,14 @@ func checkSession(f *findings, sid string, v *sessionView, recs []*sendRec, entr
 				f.UnknownAbsent++
 			}
 		}
+		for _, c := range ackedCtrl {
+			f.Lost++
+			lost = append(lost, fmt.Sprintf("%s %s acked at %s", c.typ, c.mid, c.end.Format(tsFmt)))
+		}
 		if len(lost) > 0 {
 			f.add("LOST: session %s does not exist, but %d of its envelopes were acked: %s", sid, len(lost), strings.Join(lost, ", "))
 		}
-		f.Checked += len(ackedIDs)
+		f.Checked += len(ackedIDs) + len(ackedCtrl)
 		if isListed {
 			f.add("session %s: ListSessions shows it, GetSession says SESSION_NOT_FOUND", sid)
 		}
@@ -287,8 +341,9 @@ func checkSession(f *findings, sid string, v *sessionView, recs []*sendRec, entr
 	// Sequence numbers: the envelopes delivered from 0 are 1..k; the
 	// session's last sequence is k, or k+1 for a TTL expiry.
 	want := v.seq
-	if state == macpv1.SessionState_SESSION_STATE_EXPIRED && want > 0 {
-		want--
+	if state == macpv1.SessionState_SESSION_STATE_EXPIRED && want > 0 &&
+		(len(hist) == 0 || hist[len(hist)-1].GetMessageType() != coord.TypeSessionCancel) {
+		want-- // a TTL expiry (an April cancellation has its envelope)
 	}
 	if uint64(len(hist)) != want {
 		f.Gaps++
@@ -304,14 +359,29 @@ func checkSession(f *findings, sid string, v *sessionView, recs []*sendRec, entr
 	// what was sent; no message id twice.
 	pos := map[string]int{}
 	count := map[string]int{}
+	unmatched := map[string]int{} // runtime records no ok Ack named, by type
 	for i, env := range hist {
 		id := env.GetMessageId()
 		count[id]++
 		if count[id] == 1 {
 			pos[id] = i
-		} else if !ackedIDs[id] { // acked duplicates are counted by CheckHistory
+		} else if !ackedIDs[id] && ackedCtrl[id] == nil { // acked duplicates are counted below
 			f.Duplicated++
 			f.add("DUPLICATED: session %s: unacked message %s appears %d times (positions %d and %d)", sid, id, count[id], pos[id]+1, i+1)
+		}
+		if isControl(env) {
+			// Written by the runtime for a control call: an acked one
+			// names it; otherwise it must be the record of a call that got
+			// no answer.
+			if c := ackedCtrl[id]; c != nil {
+				if c.typ != env.GetMessageType() {
+					f.Phantom++
+					f.add("ALTERED: session %s seq %d: %s %s was acked as a %s", sid, i+1, env.GetMessageType(), id, c.typ)
+				}
+			} else if count[id] == 1 {
+				unmatched[env.GetMessageType()]++
+			}
+			continue
 		}
 		rec := sends[id]
 		switch {
@@ -342,6 +412,32 @@ func checkSession(f *findings, sid string, v *sessionView, recs []*sendRec, entr
 			} else {
 				f.UnknownAbsent++
 			}
+		}
+	}
+	for typ, n := range unmatched {
+		f.UnknownPresent += min(n, unknownCtrl[typ])
+		f.UnknownAbsent += max(unknownCtrl[typ]-n, 0)
+		if n > unknownCtrl[typ] {
+			f.Phantom += n - unknownCtrl[typ]
+			f.add("PHANTOM: session %s: %d %s record(s) no call asked for (%d unanswered %s call(s))", sid, n, typ, unknownCtrl[typ], typ)
+		}
+	}
+	for typ, n := range unknownCtrl {
+		if unmatched[typ] == 0 {
+			f.UnknownAbsent += n
+		}
+	}
+	// Acked control calls: their record exactly once.
+	for id, c := range ackedCtrl {
+		f.Checked++
+		switch count[id] {
+		case 0:
+			f.Lost++
+			f.add("LOST: session %s: %s %s acked at %s (%s) is not in history", sid, c.typ, id, c.end.Format(tsFmt), c.state)
+		case 1:
+		default:
+			f.Duplicated++
+			f.add("DUPLICATED: session %s: %s %s appears %d times", sid, c.typ, id, count[id])
 		}
 	}
 
@@ -378,15 +474,23 @@ func checkSession(f *findings, sid string, v *sessionView, recs []*sendRec, entr
 			f.add("DUPLICATED: session %s: acked message %s appears %d times", sid, id, count[id])
 		}
 	}
-	// Real time: a Send acked before another Send started precedes it.
+	// Real time: a Send or control call acked before another one started
+	// precedes it (a control call's record is named by its ok Ack only).
+	ops := make([]*sendRec, 0, len(recs)+len(ctrls))
+	ops = append(ops, recs...)
+	for _, c := range ctrls {
+		if c.out == acked && c.mid != "" {
+			ops = append(ops, &sendRec{sid: c.sid, mid: c.mid, typ: c.typ, start: c.start, end: c.end, out: acked})
+		}
+	}
 	var ackedRecs []*sendRec
-	for _, rec := range recs {
+	for _, rec := range ops {
 		if rec.out == acked && count[rec.mid] > 0 {
 			ackedRecs = append(ackedRecs, rec)
 		}
 	}
 	for _, a := range ackedRecs {
-		for _, b := range recs {
+		for _, b := range ops {
 			if b == a || count[b.mid] == 0 || !a.end.Before(b.start) {
 				continue
 			}
@@ -398,25 +502,45 @@ func checkSession(f *findings, sid string, v *sessionView, recs []*sendRec, entr
 		}
 	}
 
-	// State: RESOLVED iff the history ends with the (only) Commitment;
-	// nothing here cancels or expires.
-	commitments := 0
-	for _, env := range hist {
-		if env.GetMessageType() == sdk.TypeCommitment {
-			commitments++
+	// State: what the history implies. A Commitment resolves the session,
+	// SessionSuspend suspends it, SessionResume reopens it, SessionCancel
+	// ends it EXPIRED (2026-04) or CANCELLED (latest), by the profile the
+	// session is bound to; the ending record is the last one; nothing here
+	// expires by TTL.
+	cancelled := macpv1.SessionState_SESSION_STATE_EXPIRED
+	if v.profile == coord.ProfileLatest {
+		cancelled = macpv1.SessionState_SESSION_STATE_CANCELLED
+	}
+	wantState := macpv1.SessionState_SESSION_STATE_OPEN
+	ends, ended := 0, -1
+	for i, env := range hist {
+		switch env.GetMessageType() {
+		case sdk.TypeCommitment:
+			wantState = macpv1.SessionState_SESSION_STATE_RESOLVED
+		case coord.TypeSessionSuspend:
+			wantState = macpv1.SessionState_SESSION_STATE_SUSPENDED
+		case coord.TypeSessionResume:
+			wantState = macpv1.SessionState_SESSION_STATE_OPEN
+		case coord.TypeSessionCancel:
+			wantState = cancelled
+			if v.profile == "" && (state == macpv1.SessionState_SESSION_STATE_EXPIRED || state == macpv1.SessionState_SESSION_STATE_CANCELLED) {
+				wantState = state // the profile is not known: either is right
+			}
+		default:
+			continue
+		}
+		if wantState != macpv1.SessionState_SESSION_STATE_OPEN && wantState != macpv1.SessionState_SESSION_STATE_SUSPENDED {
+			ends++
+			ended = i
 		}
 	}
 	last := ""
 	if len(hist) > 0 {
 		last = hist[len(hist)-1].GetMessageType()
 	}
-	wantState := macpv1.SessionState_SESSION_STATE_OPEN
-	if last == sdk.TypeCommitment {
-		wantState = macpv1.SessionState_SESSION_STATE_RESOLVED
-	}
-	if state != wantState || commitments > 1 || commitments == 1 && last != sdk.TypeCommitment {
+	if state != wantState || ends > 1 || ends == 1 && ended != len(hist)-1 {
 		f.BadState++
-		f.add("session %s: state %s with %d Commitment(s), history of %d ending with %s", sid, state, commitments, len(hist), last)
+		f.add("session %s (profile %q): state %s, its history of %d (%d ending records) ending with %s says %s", sid, v.profile, state, len(hist), ends, last, wantState)
 	}
 	for _, rec := range recs {
 		if rec.typ == sdk.TypeCommitment && rec.out == acked && state != macpv1.SessionState_SESSION_STATE_RESOLVED {
@@ -424,7 +548,25 @@ func checkSession(f *findings, sid string, v *sessionView, recs []*sendRec, entr
 			f.add("session %s: Commitment %s acked but the session is %s", sid, rec.mid, state)
 		}
 	}
-	if v.meta.GetSessionId() != sid || v.meta.GetInitiator() != loadgen.DefaultInitiator {
+	// An acked control call answered with the state its record gives.
+	for _, c := range ctrls {
+		if c.out != acked {
+			continue
+		}
+		want := map[string]macpv1.SessionState{
+			coord.TypeSessionSuspend: macpv1.SessionState_SESSION_STATE_SUSPENDED,
+			coord.TypeSessionResume:  macpv1.SessionState_SESSION_STATE_OPEN,
+			coord.TypeSessionCancel:  cancelled,
+		}[c.typ]
+		if c.typ == coord.TypeSessionCancel && v.profile == "" && c.state == macpv1.SessionState_SESSION_STATE_CANCELLED {
+			want = c.state
+		}
+		if c.state != want {
+			f.BadState++
+			f.add("session %s (profile %q): %s %s acked with state %s, want %s", sid, v.profile, c.typ, c.mid, c.state, want)
+		}
+	}
+	if v.meta.GetSessionId() != sid || v.meta.GetInitiator() != initiator {
 		f.BadState++
 		f.add("session %s: GetSession answers for %q, initiator %q", sid, v.meta.GetSessionId(), v.meta.GetInitiator())
 	}
@@ -471,6 +613,12 @@ func checkOffline(f *findings, dir string, views map[string]*sessionView) (verif
 			if (r.Seq == 1) != (r.Kind == session.KindStart) {
 				return fmt.Errorf("record %d is %s", r.Seq, r.Kind)
 			}
+			if r.Kind == session.KindStart {
+				if p := coord.StoredProfile(r.Start.Profile); v.profile != "" && p != v.profile {
+					f.BadState++
+					f.add("offline: session %s is bound to profile %s; the macpd that started it serves %s", sid, p, v.profile)
+				}
+			}
 			lastStatus = r.Status
 			if r.Kind == session.KindExpire {
 				return nil
@@ -502,6 +650,22 @@ func checkOffline(f *findings, dir string, views map[string]*sessionView) (verif
 		if v.meta != nil && !stored[sid] {
 			f.Lost++
 			f.add("offline: LOST: session %s was served but is not in the store", sid)
+		}
+	}
+	// What recovery loads: ListOpen lists the OPEN and SUSPENDED sessions,
+	// no terminal one.
+	listedOpen := map[string]bool{}
+	if err := st.ListOpen(ctx, func(info store.SessionInfo) error { listedOpen[info.SessionID] = true; return nil }); err != nil {
+		f.add("offline: ListOpen: %v", err)
+	}
+	for sid, v := range views {
+		if v.meta == nil {
+			continue
+		}
+		st := v.meta.GetState()
+		if open := st == macpv1.SessionState_SESSION_STATE_OPEN || st == macpv1.SessionState_SESSION_STATE_SUSPENDED; open != listedOpen[sid] {
+			f.BadState++
+			f.add("offline: session %s is %s; ListOpen lists it: %v", sid, st, listedOpen[sid])
 		}
 	}
 

@@ -16,6 +16,7 @@ import (
 type fixture struct {
 	sid   string
 	recs  []*sendRec
+	ctrls []*ctrlRec
 	sends map[string]*sendRec
 	view  *sessionView
 }
@@ -24,11 +25,11 @@ type fixture struct {
 // before the next starts, and serves them back in order.
 func newFixture(types ...string) *fixture {
 	fx := &fixture{sid: "s1", sends: map[string]*sendRec{}, view: &sessionView{meta: &macpv1.SessionMetadata{
-		SessionId: "s1", Initiator: loadgen.DefaultInitiator, State: macpv1.SessionState_SESSION_STATE_OPEN,
+		SessionId: "s1", Initiator: initiator, State: macpv1.SessionState_SESSION_STATE_OPEN,
 	}}}
 	t0 := time.Unix(1000, 0)
 	for i, typ := range append([]string{sdk.TypeSessionStart}, types...) {
-		rec := &sendRec{sid: fx.sid, mid: fmt.Sprintf("m%d", i), typ: typ, sender: loadgen.DefaultInitiator,
+		rec := &sendRec{sid: fx.sid, mid: fmt.Sprintf("m%d", i), typ: typ, sender: initiator,
 			payload: []byte{byte(i)}, start: t0.Add(time.Duration(2*i) * time.Millisecond),
 			end: t0.Add(time.Duration(2*i+1) * time.Millisecond), out: acked}
 		fx.recs = append(fx.recs, rec)
@@ -54,7 +55,7 @@ func (fx *fixture) check() *findings {
 		}
 	}
 	f := &findings{}
-	checkSession(f, fx.sid, fx.view, fx.recs, entries, fx.sends, true, true)
+	checkSession(f, fx.sid, fx.view, fx.recs, fx.ctrls, entries, fx.sends, true, true)
 	return f
 }
 
@@ -69,7 +70,7 @@ func TestCheckerFindsDamage(t *testing.T) {
 	}{
 		{"intact", func(*fixture) {}, func(f *findings) bool { return f.ok() && f.Checked == 4 }, ""},
 		{"intact-resolved", func(fx *fixture) {
-			rec := &sendRec{sid: fx.sid, mid: "c", typ: sdk.TypeCommitment, sender: loadgen.DefaultInitiator, start: time.Unix(2000, 0), end: time.Unix(2001, 0), out: acked}
+			rec := &sendRec{sid: fx.sid, mid: "c", typ: sdk.TypeCommitment, sender: initiator, start: time.Unix(2000, 0), end: time.Unix(2001, 0), out: acked}
 			fx.recs, fx.sends["c"] = append(fx.recs, rec), rec
 			fx.view.hist = append(fx.view.hist, fx.env(rec))
 			fx.view.seq++
@@ -119,7 +120,7 @@ func TestCheckerFindsDamage(t *testing.T) {
 			fx.view.meta.State = macpv1.SessionState_SESSION_STATE_RESOLVED
 		}, func(f *findings) bool { return f.BadState == 1 }, "state"},
 		{"acked-commitment-open", func(fx *fixture) {
-			rec := &sendRec{sid: fx.sid, mid: "c", typ: sdk.TypeCommitment, sender: loadgen.DefaultInitiator, start: time.Unix(2000, 0), end: time.Unix(2001, 0), out: acked}
+			rec := &sendRec{sid: fx.sid, mid: "c", typ: sdk.TypeCommitment, sender: initiator, start: time.Unix(2000, 0), end: time.Unix(2001, 0), out: acked}
 			fx.recs, fx.sends["c"] = append(fx.recs, rec), rec
 		}, func(f *findings) bool { return f.Lost == 1 && f.BadState == 1 }, "Commitment c acked"},
 		{"unanswered-absent-is-fine", func(fx *fixture) {

@@ -1,6 +1,7 @@
 package crashtest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	decisionv1 "github.com/macpd/macpd/gen/macp/modes/decision/v1"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/bench/loadgen"
+	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/sdk"
 )
 
@@ -150,7 +152,11 @@ func runCrash(t *testing.T, variant string, seed int64, rounds []round) {
 		os.RemoveAll(work)
 	})
 	d := newDaemon(t, bin, work)
+	// Incarnations alternate profiles on the one data directory: the
+	// default (2026-04), latest (by its alias), 2026-04 by name, 2026-09.
+	d.profiles = []string{"", "latest", coord.ProfileApril, coord.ProfileLatest}
 	tr := newTracker(d.kill)
+	tr.incarnation = d.incarnation
 	began := time.Now()
 	d.start()
 
@@ -164,6 +170,7 @@ func runCrash(t *testing.T, variant string, seed int64, rounds []round) {
 			t.Fatal(err)
 		}
 		cfg.Mode = "decision"
+		cfg.Initiator = initiator
 		cfg.Commit = true
 		cfg.Duration = 10 * time.Minute // until cancelled
 		cfg.GiveUpAfter = -1            // ride out the restarts
@@ -187,6 +194,19 @@ func runCrash(t *testing.T, variant string, seed int64, rounds []round) {
 	startLoad("single", loadgen.Config{Concurrency: 6, SendersPerSession: 1, Messages: 10, Pad: 64})
 	startLoad("multi", loadgen.Config{Concurrency: 3, SendersPerSession: 4, Messages: 48, Pad: 256})
 	startLoad("stream", loadgen.Config{Concurrency: 3, Stream: true, Window: 16, Messages: 30, Pad: 128})
+	// Session control: suspend, resume and cancel under both profiles.
+	ctlCl, ctlCloser, err := tr.dial(d.addr, "control")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctlCloser.Close()
+	ctlCtx, ctlStop := context.WithCancel(context.Background())
+	ctlDone := make(chan struct{})
+	var ctlEntries []loadgen.Acked
+	go func() {
+		defer close(ctlDone)
+		ctlEntries = controlLoad(ctlCtx, ctlCl, uint64(seed), 2)
+	}()
 
 	var lastRestart time.Time
 	for i, r := range rounds {
@@ -239,6 +259,12 @@ func runCrash(t *testing.T, variant string, seed int64, rounds []round) {
 	for _, l := range all {
 		l.cancel()
 	}
+	ctlStop()
+	select {
+	case <-ctlDone:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the control workload did not stop")
+	}
 	for _, l := range all {
 		select {
 		case <-l.done:
@@ -277,8 +303,9 @@ func runCrash(t *testing.T, variant string, seed int64, rounds []round) {
 		entries = append(entries, es...)
 	}
 	entries = append(entries, postEntries...)
+	entries = append(entries, ctlEntries...)
 
-	f, views := checkOnline(ctx, cl, tr, entries)
+	f, views := checkOnline(ctx, cl, tr, entries, d.profileOf)
 
 	// A last crash, then the store read offline.
 	d.kill()
@@ -295,6 +322,36 @@ func runCrash(t *testing.T, variant string, seed int64, rounds []round) {
 		sends++
 		if rec.out == unknown {
 			unknowns++
+		}
+	}
+	ctlAcked, ctlUnknown := map[string]int{}, 0
+	for _, cs := range tr.controls() {
+		for _, c := range cs {
+			if c.out == acked {
+				ctlAcked[c.typ+"/"+c.state.String()]++
+			} else if c.out == unknown {
+				ctlUnknown++
+			}
+		}
+	}
+	byProfile := map[string]int{}
+	for _, v := range views {
+		if v.meta != nil {
+			byProfile[cmp.Or(v.profile, "unknown")+"/"+v.meta.GetState().String()]++
+		}
+	}
+	t.Logf("control calls acked %v, unanswered %d; sessions by profile and state %v", ctlAcked, ctlUnknown, byProfile)
+	for _, want := range []string{
+		"SessionSuspend/SESSION_STATE_SUSPENDED", "SessionResume/SESSION_STATE_OPEN",
+		"SessionCancel/SESSION_STATE_EXPIRED", "SessionCancel/SESSION_STATE_CANCELLED",
+	} {
+		if ctlAcked[want] == 0 {
+			f.add("no %s was acked: the control workload did not cover it", want)
+		}
+	}
+	for _, want := range []string{coord.ProfileApril, coord.ProfileLatest} {
+		if byProfile[want+"/SESSION_STATE_SUSPENDED"] == 0 {
+			f.add("no session of profile %s is SUSPENDED at the end", want)
 		}
 	}
 	t.Logf("CRASHTEST variant=%s seed=%d rounds=%d kills=%d sends=%d acked=%d stream_acked=%d checked=%d lost=%d duplicated=%d out_of_order=%d phantom=%d gaps=%d bad_state=%d "+
@@ -317,8 +374,9 @@ func runCrash(t *testing.T, variant string, seed int64, rounds []round) {
 
 // continueSessions sends one more envelope into up to 20 sessions that are
 // OPEN and were started before the last restart: a Commitment where the
-// session has a proposal, else a Proposal. Each must be accepted. It
-// returns acked-log entries for them and how many were sent.
+// session has a proposal, else a Proposal; and resumes up to 10 that are
+// SUSPENDED. Each must be accepted. It returns acked-log entries for the
+// envelopes and how many were sent.
 func continueSessions(t *testing.T, ctx context.Context, cl macpv1.MACPRuntimeServiceClient, tr *tracker, lastRestart time.Time) ([]loadgen.Acked, int) {
 	t.Helper()
 	_, order, _ := tr.snapshot()
@@ -330,19 +388,31 @@ func continueSessions(t *testing.T, ctx context.Context, cl macpv1.MACPRuntimeSe
 	}
 	sort.Strings(cands)
 	var out []loadgen.Acked
-	sent := 0
+	sent, resumed := 0, 0
 	for _, sid := range cands {
-		if sent == 20 {
+		if sent == 20 && resumed == 10 {
 			break
 		}
-		gctx, cancel := context.WithTimeout(asIdentity(ctx, loadgen.DefaultInitiator), 10*time.Second)
+		gctx, cancel := context.WithTimeout(asIdentity(ctx, initiator), 10*time.Second)
 		resp, err := cl.GetSession(gctx, &macpv1.GetSessionRequest{SessionId: sid})
 		cancel()
 		if err != nil {
 			continue // the checks report it
 		}
 		meta := resp.GetMetadata()
-		if meta.GetState() != macpv1.SessionState_SESSION_STATE_OPEN {
+		if meta.GetState() == macpv1.SessionState_SESSION_STATE_SUSPENDED && resumed < 10 {
+			// A session left SUSPENDED by a crash resumes after recovery
+			// (a tracked control call: the checks find its record).
+			rctx, cancel := context.WithTimeout(asIdentity(ctx, initiator), 10*time.Second)
+			rresp, err := cl.ResumeSession(rctx, &macpv1.ResumeSessionRequest{SessionId: sid, Reason: "after recovery"})
+			cancel()
+			resumed++
+			if err != nil || !rresp.GetAck().GetOk() || rresp.GetAck().GetSessionState() != macpv1.SessionState_SESSION_STATE_OPEN {
+				t.Errorf("session %s (recovered SUSPENDED): ResumeSession after recovery: %v %v", sid, err, rresp.GetAck())
+			}
+			continue
+		}
+		if meta.GetState() != macpv1.SessionState_SESSION_STATE_OPEN || sent == 20 {
 			continue
 		}
 		hist, _, err := readHistory(ctx, cl, sid)
@@ -366,7 +436,7 @@ func continueSessions(t *testing.T, ctx context.Context, cl macpv1.MACPRuntimeSe
 		if err != nil {
 			t.Fatal(err)
 		}
-		sctx, cancel := context.WithTimeout(asIdentity(ctx, loadgen.DefaultInitiator), 10*time.Second)
+		sctx, cancel := context.WithTimeout(asIdentity(ctx, initiator), 10*time.Second)
 		sresp, err := cl.Send(sctx, &macpv1.SendRequest{Envelope: env})
 		cancel()
 		sent++

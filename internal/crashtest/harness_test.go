@@ -19,6 +19,7 @@ import (
 	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/coord"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
@@ -109,6 +110,32 @@ type daemon struct {
 	kills   int
 	killed  *exec.Cmd
 	logFile *os.File
+	// profiles: incarnation n (starts counts from 1) runs with
+	// MACP_PROFILE = profiles[(n-1) % len(profiles)] ("" leaves it unset:
+	// the default, 2026-04); none: unset throughout.
+	profiles []string
+}
+
+// profileOf is the profile incarnation n binds new sessions to, as
+// recorded in their start records.
+func (d *daemon) profileOf(n int) string {
+	p := ""
+	if len(d.profiles) > 0 && n > 0 {
+		p = d.profiles[(n-1)%len(d.profiles)]
+	}
+	if p == "latest" || p == coord.ProfileLatest {
+		return coord.ProfileLatest
+	}
+	return coord.ProfileApril
+}
+
+// incarnation is the number of the latest macpd start: a call begun and
+// answered while it is n can only have been served by incarnation n (the
+// ones before were killed and waited for before n was started).
+func (d *daemon) incarnation() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.starts
 }
 
 func newDaemon(t *testing.T, bin, workDir string) *daemon {
@@ -167,6 +194,12 @@ func (d *daemon) start() time.Duration {
 		)
 		// Debugging: extra settings for macpd, e.g. MACP_MEMORY_ONLY=1 to
 		// watch the test catch lost acks.
+		if len(d.profiles) > 0 {
+			if p := d.profiles[(n-1)%len(d.profiles)]; p != "" {
+				cmd.Env = append(cmd.Env, "MACP_PROFILE="+p)
+			}
+			d.logf("start #%d binds new sessions to profile %s", n, d.profileOf(n))
+		}
 		cmd.Env = append(cmd.Env, strings.Fields(os.Getenv("MACP_CRASH_MACPD_ENV"))...)
 		cmd.Stdout, cmd.Stderr = d.logFile, d.logFile
 		if err := cmd.Start(); err != nil {
@@ -299,6 +332,24 @@ type sendRec struct {
 	out                        outcome
 	code                       string // rejection code or gRPC error
 	dup                        bool   // the ok Ack said duplicate
+	// inc0 and inc1 are the daemon's incarnation when the Send began and
+	// when it was answered (equal: that incarnation served it).
+	inc0, inc1 int
+}
+
+// ctrlRec is one CancelSession, SuspendSession or ResumeSession call as
+// the tracker saw it. The runtime names the record it writes (the ok
+// Ack's message_id); an unanswered call may or may not have written one.
+type ctrlRec struct {
+	tag, sid string
+	// typ is the record type the call writes: SessionCancel,
+	// SessionSuspend or SessionResume.
+	typ        string
+	start, end time.Time
+	out        outcome
+	code       string
+	mid        string              // from the ok Ack
+	state      macpv1.SessionState // from the ok Ack
 }
 
 // tracker records every Send going through the test's connections (a
@@ -318,10 +369,57 @@ type tracker struct {
 	}
 	total atomic.Int64 // acks of every tag
 	kill  func() bool
+	// ctrls are the session control calls, in the order they began.
+	ctrls []*ctrlRec
+	// incarnation, when set, numbers the macpd serving (daemon.incarnation).
+	incarnation func() int
 }
 
 func newTracker(kill func() bool) *tracker {
 	return &tracker{sends: map[string]*sendRec{}, sessions: map[string]bool{}, acks: map[string]int64{}, kill: kill}
+}
+
+func (tr *tracker) inc() int {
+	if tr.incarnation == nil {
+		return 0
+	}
+	return tr.incarnation()
+}
+
+// controlCalls maps the session control methods to the record type each
+// writes.
+var controlCalls = map[string]string{
+	macpv1.MACPRuntimeService_CancelSession_FullMethodName:  coord.TypeSessionCancel,
+	macpv1.MACPRuntimeService_SuspendSession_FullMethodName: coord.TypeSessionSuspend,
+	macpv1.MACPRuntimeService_ResumeSession_FullMethodName:  coord.TypeSessionResume,
+}
+
+// control records a session control call of connection tag around invoke.
+func (tr *tracker) control(tag, method string, req, reply any, invoke func() error) error {
+	sid := req.(interface{ GetSessionId() string }).GetSessionId()
+	rec := &ctrlRec{tag: tag, sid: sid, typ: controlCalls[method], start: time.Now()}
+	tr.mu.Lock()
+	tr.ctrls = append(tr.ctrls, rec)
+	tr.sessions[sid] = true
+	tr.mu.Unlock()
+	err := invoke()
+	ack := reply.(interface{ GetAck() *macpv1.Ack }).GetAck()
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	rec.end = time.Now()
+	switch {
+	case err == nil && ack.GetOk():
+		rec.out, rec.mid, rec.state = acked, ack.GetMessageId(), ack.GetSessionState()
+	case err == nil:
+		rec.out, rec.code = classify(ack.GetError().GetCode())
+	default:
+		if code := macpCode(err); code != "" {
+			rec.out, rec.code = classify(code)
+		} else {
+			rec.out, rec.code = unknown, status.Code(err).String()
+		}
+	}
+	return err
 }
 
 const sendMethod = "/macp.v1.MACPRuntimeService/Send"
@@ -329,6 +427,9 @@ const sendMethod = "/macp.v1.MACPRuntimeService/Send"
 // interceptor records the Sends of connection tag.
 func (tr *tracker) interceptor(tag string) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if _, ok := controlCalls[method]; ok {
+			return tr.control(tag, method, req, reply, func() error { return invoker(ctx, method, req, reply, cc, opts...) })
+		}
 		sreq, ok := req.(*macpv1.SendRequest)
 		if method != sendMethod || !ok {
 			return invoker(ctx, method, req, reply, cc, opts...)
@@ -373,6 +474,7 @@ func (tr *tracker) begin(tag, sender string, env *macpv1.Envelope) (*sendRec, er
 	tr.order = append(tr.order, rec)
 	tr.sessions[rec.sid] = true
 	rec.start = time.Now()
+	rec.inc0 = tr.inc()
 	return rec, nil
 }
 
@@ -381,13 +483,14 @@ func (tr *tracker) begin(tag, sender string, env *macpv1.Envelope) (*sendRec, er
 // the other Sends in flight.
 func (tr *tracker) settle(rec *sendRec, out outcome, code string, dup bool) {
 	end := time.Now()
+	inc := tr.inc()
 	var fired chan struct{}
 	tr.mu.Lock()
 	if rec.out != pending {
 		tr.mu.Unlock()
 		return
 	}
-	rec.end, rec.out, rec.code, rec.dup = end, out, code, dup
+	rec.end, rec.out, rec.code, rec.dup, rec.inc1 = end, out, code, dup, inc
 	if out == acked {
 		tr.acks[rec.tag]++
 		tr.total.Add(1)
@@ -527,6 +630,17 @@ func (tr *tracker) disarm() {
 	tr.mu.Lock()
 	tr.trigger.fired = nil
 	tr.mu.Unlock()
+}
+
+// controls returns the control calls by session (no call may be running).
+func (tr *tracker) controls() map[string][]*ctrlRec {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	out := map[string][]*ctrlRec{}
+	for _, c := range tr.ctrls {
+		out[c.sid] = append(out[c.sid], c)
+	}
+	return out
 }
 
 // snapshot returns the records and session ids (no Send may be running).

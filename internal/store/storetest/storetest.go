@@ -41,12 +41,20 @@
 //     depend on batching, Read from the middle or caller-supplied hashes;
 //   - Info (LastSeq, Status, LastAcceptedMs, LastHash, Final) after every
 //     append, List in id order with the same summaries, ListOpen (the
-//     OPEN sessions of List, in id order, with List's summaries; a session
+//     OPEN and SUSPENDED sessions of List, in id order, with List's summaries; a session
 //     leaves it when it ends, a purged one is gone, a new one joins it,
 //     also in batches that mix sessions and across a reopen), Purge of terminal
 //     sessions only (whole session, prefix-sharing ids untouched), the meta
 //     key-value space (prefix listing, overwrite, delete, copies), invalid
 //     session ids (ErrInvalid);
+//   - sessions of both profiles (profiles.go): start records with Profile
+//     "" (written before profiles), "2026-04" and "2026-09" and
+//     MaxSuspendMs, SessionSuspend/SessionResume records, cancellations
+//     ending EXPIRED (April) or CANCELLED (latest), a suspension ended by
+//     its cap, round-trip exactly; Info follows SUSPENDED/OPEN; ListOpen
+//     lists SUSPENDED sessions and not CANCELLED ones; Purge refuses a
+//     SUSPENDED session and takes a CANCELLED one; with WithReopen, across
+//     a reopen;
 //   - Close: later calls return ErrClosed;
 //   - with WithReopen: records, LastSeq, Sessions, Info, List, hashes, meta,
 //     purges and the continuity rule survive a close and reopen, and the
@@ -111,6 +119,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 	t.Run("List", h.list)
 	t.Run("ListOpen", h.listOpen)
 	t.Run("Purge", h.purge)
+	t.Run("ProfilesRoundTrip", h.profilesRoundTrip)
+	t.Run("ProfilesOpenSet", h.profilesOpenSet)
 	t.Run("Meta", h.meta)
 	t.Run("InvalidSessionID", h.invalidSessionID)
 	t.Run("Close", h.close)
@@ -1109,8 +1119,9 @@ func listOpen(t *testing.T, s store.Store) []store.SessionInfo {
 }
 
 // wantListOpen checks that ListOpen gives exactly the sessions ids, in id
-// order, each with the summary List gives it, and that List's other
-// sessions are terminal (the suite quarantines nothing: store tests do).
+// order, each with the summary List gives it, that List's OPEN and
+// SUSPENDED sessions are exactly those, and that its other sessions are
+// terminal (the suite quarantines nothing: store tests do).
 func wantListOpen(t *testing.T, s store.Store, ids ...string) {
 	t.Helper()
 	ids = slices.Sorted(slices.Values(ids))
@@ -1127,9 +1138,10 @@ func wantListOpen(t *testing.T, s store.Store, ids ...string) {
 		if info.Quarantined != "" {
 			t.Fatalf("List: %s quarantined: %s", info.SessionID, info.Quarantined)
 		}
-		if info.Status == session.Open {
-			ref = append(ref, info)
-		} else if !info.Status.Terminal() {
+		switch {
+		case info.Status == session.Open || info.Status == session.Suspended:
+			ref = append(ref, info) // not terminal: listed
+		case !info.Status.Terminal():
 			t.Fatalf("List: %s has status %v", info.SessionID, info.Status)
 		}
 	}

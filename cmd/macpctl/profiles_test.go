@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/app"
+	"github.com/macpd/macpd/internal/config"
+	"github.com/macpd/macpd/internal/coord"
+)
+
+// profileRun drives sessions of one macpd run through the CLI and the
+// runtime's Suspend/Resume (macpctl has no suspend command).
+type profileRun struct {
+	t *testing.T
+	a *app.App
+	r runner
+}
+
+func (p profileRun) start() string {
+	p.t.Helper()
+	res := p.r.ok("start", "--agent", "coord", "--mode", "macp.mode.decision.v1", "--participants", "coord,alice", "--ttl", "10m",
+		"--intent", "profiles")
+	return res.lines()[0]
+}
+
+func (p profileRun) propose(sid string) {
+	p.t.Helper()
+	p.r.ok("send", "--agent", "coord", "--session", sid, "--type", "Proposal",
+		"--payload-json", `{"proposal_id":"p1","option":"postgres","rationale":"boring"}`)
+}
+
+func (p profileRun) resolve(sid string) {
+	p.t.Helper()
+	p.r.ok("send", "--agent", "alice", "--session", sid, "--type", "Vote", "--payload-json", `{"proposal_id":"p1","vote":"APPROVE"}`)
+	p.r.ok("send", "--agent", "coord", "--session", sid, "--type", "Commitment",
+		"--payload-json", `{"action":"decision.selected","authority_scope":"team","reason":"approved","outcome_positive":true}`)
+}
+
+func (p profileRun) control(op, sid string, want macpv1.SessionState) {
+	p.t.Helper()
+	f := p.a.Runtime().Suspend
+	if op == "resume" {
+		f = p.a.Runtime().Resume
+	}
+	ack, err := f(context.Background(), coord.Identity{Sender: "coord"}, sid, op)
+	if err != nil || !ack.GetOk() || ack.GetSessionState() != want {
+		p.t.Fatalf("%s %s: %v %v; want %s", op, sid, ack, err, want)
+	}
+}
+
+func (p profileRun) cancel(sid string, want string) {
+	p.t.Helper()
+	if res := p.r.ok("cancel", sid, "--agent", "coord"); !strings.Contains(res.out, want) {
+		p.t.Fatalf("cancel %s: %s; want %s", sid, res.out, want)
+	}
+}
+
+// bothProfilesDataDir writes a data directory with sessions of both
+// profiles: a macpd run with MACP_PROFILE=2026-04, then one with latest on
+// the same directory. It returns the session ids by name and the state
+// each must verify as.
+func bothProfilesDataDir(t *testing.T) (dir string, ids map[string]string, states map[string]string) {
+	dir = t.TempDir()
+	ids = map[string]string{}
+	run := func(profile string, drive func(p profileRun)) {
+		a := startApp(t, func(c *config.Config) { c.MemoryOnly, c.DataDir, c.Profile = false, dir, profile })
+		p := profileRun{t, a, runner{t, map[string]string{"MACP_ADDR": a.Addr(), "MACP_ALLOW_INSECURE": "1"}}}
+		drive(p)
+		if err := a.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const (
+		suspended = macpv1.SessionState_SESSION_STATE_SUSPENDED
+		open      = macpv1.SessionState_SESSION_STATE_OPEN
+	)
+	run(coord.ProfileApril, func(p profileRun) {
+		for _, n := range []string{"aResolved", "aCancelled", "aSuspended", "aResumed", "aCrossCancel"} {
+			ids[n] = p.start()
+		}
+		p.propose(ids["aResolved"])
+		p.control("suspend", ids["aResolved"], suspended)
+		p.control("resume", ids["aResolved"], open)
+		p.resolve(ids["aResolved"])
+		p.control("suspend", ids["aCancelled"], suspended)
+		p.cancel(ids["aCancelled"], "SESSION_STATE_EXPIRED")
+		p.propose(ids["aSuspended"])
+		p.control("suspend", ids["aSuspended"], suspended)
+		p.control("suspend", ids["aResumed"], suspended)
+		p.control("resume", ids["aResumed"], open)
+		p.propose(ids["aResumed"])
+		p.control("suspend", ids["aCrossCancel"], suspended)
+	})
+	run("latest", func(p profileRun) {
+		for _, n := range []string{"lResolved", "lCancelled", "lSuspended"} {
+			ids[n] = p.start()
+		}
+		p.propose(ids["lResolved"])
+		p.control("suspend", ids["lResolved"], suspended)
+		p.control("resume", ids["lResolved"], open)
+		p.resolve(ids["lResolved"])
+		p.propose(ids["lCancelled"])
+		p.control("suspend", ids["lCancelled"], suspended)
+		p.cancel(ids["lCancelled"], "SESSION_STATE_CANCELLED")
+		p.control("suspend", ids["lSuspended"], suspended)
+		p.control("resume", ids["lSuspended"], open)
+		p.control("suspend", ids["lSuspended"], suspended)
+		// An April session cancelled by the latest server: its own
+		// profile's rule, EXPIRED.
+		p.cancel(ids["aCrossCancel"], "SESSION_STATE_EXPIRED")
+	})
+	states = map[string]string{
+		"aResolved": "RESOLVED", "aCancelled": "EXPIRED", "aSuspended": "SUSPENDED", "aResumed": "OPEN", "aCrossCancel": "EXPIRED",
+		"lResolved": "RESOLVED", "lCancelled": "CANCELLED", "lSuspended": "SUSPENDED",
+	}
+	return dir, ids, states
+}
+
+// Issue 25: macpctl verify over a data directory holding sessions of both
+// profiles (written by a 2026-04 run and a latest run of macpd): every
+// session verifies with its state (SUSPENDED kept, CANCELLED only for
+// latest sessions, an April session cancelled by the latest server
+// EXPIRED).
+func TestVerifyBothProfilesDataDir(t *testing.T) {
+	dir, ids, states := bothProfilesDataDir(t)
+	r := runner{t, map[string]string{"MACP_ALLOW_INSECURE": "1"}}
+	res := r.ok("verify", "--data-dir", dir)
+	if !strings.HasSuffix(res.out, fmt.Sprintf("%d sessions verified, 0 failed\n", len(ids))) {
+		t.Fatalf("verify:\n%s", res.out)
+	}
+	for n, sid := range ids {
+		if !strings.Contains(res.out, "OK   "+sid+" "+states[n]+" ") {
+			t.Fatalf("verify does not report %s (%s) as %s:\n%s", n, sid, states[n], res.out)
+		}
+	}
+}
+
+// Issue 25 "Done when": macpctl replay --all over the same data directory
+// reports 0 diverged, and replaying one session reports its state, how it
+// ended and that it matches the store.
+//
+// Fails at w-durable's base (v25): replay builds each session's snapshot,
+// and snapshot.Build refuses the states SUSPENDED and CANCELLED
+// ("snapshot: bad input: state SESSION_STATE_SUSPENDED"), so every such
+// session is reported diverged (matches_store false).
+func TestReplayAllBothProfiles(t *testing.T) {
+	dir, ids, states := bothProfilesDataDir(t)
+	r := runner{t, map[string]string{"MACP_ALLOW_INSECURE": "1"}}
+	res := r.run("replay", "--data-dir", dir, "--all")
+	if res.code != 0 || res.out != fmt.Sprintf("%d sessions replayed, 0 diverged\n", len(ids)) {
+		t.Errorf("replay --all: exit %d\n%s", res.code, res.out)
+	}
+	for n, endedBy := range map[string]string{"lCancelled": "cancel", "aCancelled": "cancel", "aCrossCancel": "cancel", "lSuspended": "", "aResumed": "", "aResolved": "commitment"} {
+		res := r.run("replay", "--data-dir", dir, ids[n])
+		m := obj(t, res.lines()[0])
+		if field(m, "outcome", "state") != states[n] || field(m, "matches_store") != true || res.code != 0 {
+			t.Errorf("replay %s (%s): exit %d %s", n, states[n], res.code, res.out)
+			continue
+		}
+		if endedBy != "" {
+			wantField(t, m, endedBy, "outcome", "ended_by")
+		} else if v := field(m, "outcome", "ended_by"); v != nil {
+			t.Errorf("%s: ended_by %v", n, v)
+		}
+	}
+}
+
+// A what-if (--policy-file) over sessions whose histories hold suspend and
+// resume records keeps them: rebinding to a policy that decides nothing
+// differently (no Commitment is evaluated) must not diverge, and the
+// what-if outcome keeps the stored state (SUSPENDED stays SUSPENDED).
+//
+// Fails at w-durable's base (v25): snapshot.ReplayWhatIf replays
+// KindMessage, KindCancel and KindExpire records only and skips
+// KindSuspend/KindResume, so a SUSPENDED session comes out OPEN with its
+// control envelopes missing (diverged true), and a resumed session keeps
+// its pre-suspension deadline.
+func TestReplayWhatIfKeepsSuspension(t *testing.T) {
+	dir, ids, states := bothProfilesDataDir(t)
+	r := runner{t, map[string]string{"MACP_ALLOW_INSECURE": "1"}}
+	lenient := filepath.Join(t.TempDir(), "lenient.json")
+	if err := os.WriteFile(lenient, []byte(`{"policy_id":"policy.test.lenient","mode":"*","rules":"{}"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"aSuspended", "aResumed", "lSuspended", "lCancelled"} {
+		res := r.ok("replay", "--data-dir", dir, ids[n], "--policy-file", lenient)
+		m := obj(t, res.lines()[0])
+		if field(m, "original", "state") != states[n] || field(m, "what_if", "state") != states[n] || field(m, "diverged") != false {
+			t.Errorf("what-if of %s (%s): %s", n, states[n], res.out)
+		}
+	}
+}
