@@ -185,6 +185,29 @@ func ReplayWhatIf(recs []session.Record, modes session.Modes, lim session.Limits
 				ce = out.Records[0].Envelope
 			}
 			decide(rec.Seq, out, ce)
+		case session.KindSuspend, session.KindResume:
+			// The runtime's control records are re-decided with their
+			// recorded caller, message id and time, so the what-if session
+			// is suspended, resumed and its deadline moved as the stored one
+			// was (RFC-MACP-0001 §7.5).
+			var out session.Outcome
+			if rec.Kind == session.KindSuspend {
+				var sp macpv1.SessionSuspendPayload
+				_ = proto.Unmarshal(rec.Envelope.GetPayload(), &sp)
+				out = s.Suspend(sp.SuspendedBy, sp.Reason, rec.Envelope.GetMessageId(), rec.AcceptedAtMs)
+			} else {
+				var rp macpv1.SessionResumePayload
+				_ = proto.Unmarshal(rec.Envelope.GetPayload(), &rp)
+				out = s.Resume(rp.ResumedBy, rp.Reason, rec.Envelope.GetMessageId(), rec.AcceptedAtMs)
+			}
+			if out.Err == nil && (len(out.Records) != 1 || out.Records[0].Kind != rec.Kind) {
+				out.Err = coord.Errorf(coord.CodeSessionNotOpen, "the session is %s", s.Status)
+			}
+			var ce *macpv1.Envelope
+			if out.Err == nil {
+				ce = out.Records[0].Envelope
+			}
+			decide(rec.Seq, out, ce)
 		case session.KindExpire:
 			s.ExpireIfDue(rec.AcceptedAtMs)
 		}
