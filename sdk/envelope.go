@@ -18,6 +18,10 @@ const (
 	TypeProgress     = "Progress"
 	// TypeSessionCancel is the runtime-emitted record of a CancelSession.
 	TypeSessionCancel = "SessionCancel"
+	// TypeSessionSuspend and TypeSessionResume are the runtime-emitted
+	// records of SuspendSession and ResumeSession.
+	TypeSessionSuspend = "SessionSuspend"
+	TypeSessionResume  = "SessionResume"
 )
 
 // NewSessionID returns a new session id: a lowercase UUID v4, which is

@@ -70,6 +70,10 @@ type SessionView struct {
 	// EXPIRED by cancellation); CancelReason is its reason.
 	Cancelled    bool
 	CancelReason string
+	// Suspended is set by the runtime's SessionSuspend record and cleared
+	// by its SessionResume record (RFC-MACP-0001 §7.5): while it is set the
+	// runtime accepts no message of the session.
+	Suspended bool
 }
 
 // Started reports whether the SessionStart was folded.
@@ -134,6 +138,10 @@ func (v *SessionView) begin(mode string, env *macpv1.Envelope) (handled bool, er
 			return false, fmt.Errorf("sdk: projection: Commitment payload: %w", err)
 		}
 		v.Commitment, v.CommitmentSender = &c, env.Sender
+		v.Messages++
+		return true, nil
+	case TypeSessionSuspend, TypeSessionResume:
+		v.Suspended = env.MessageType == TypeSessionSuspend
 		v.Messages++
 		return true, nil
 	case TypeSessionCancel:

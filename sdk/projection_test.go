@@ -42,6 +42,15 @@ func TestProjectionFitAndLiveFold(t *testing.T) {
 			t.Errorf("accepted %s/%s in session %s", bad.Mode, bad.MessageType, bad.SessionId)
 		}
 	}
+	// The runtime's suspend and resume records fold into the view
+	// (RFC-MACP-0001 §7.5) and leave the mode state alone.
+	before := p.Messages
+	if err := p.Apply(accepted("_runtime", "s1", sdk.QuorumMode, sdk.TypeSessionSuspend, &macpv1.SessionSuspendPayload{Reason: "hold"})); err != nil || !p.Suspended || p.Ended() {
+		t.Fatalf("suspend: %v %+v", err, p.SessionView)
+	}
+	if err := p.Apply(accepted("_runtime", "s1", sdk.QuorumMode, sdk.TypeSessionResume, &macpv1.SessionResumePayload{BankedMs: 5})); err != nil || p.Suspended || p.Messages != before+2 {
+		t.Fatalf("resume: %v %+v", err, p.SessionView)
+	}
 	cancel := accepted("", "s1", sdk.QuorumMode, sdk.TypeSessionCancel, &macpv1.SessionCancelPayload{Reason: "stop"})
 	if err := p.Apply(cancel); err != nil || !p.Cancelled || p.CancelReason != "stop" || !p.Ended() || p.Resolved() {
 		t.Fatalf("cancel: %v %+v", err, p.SessionView)
