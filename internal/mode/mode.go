@@ -65,6 +65,24 @@ type RulesValidator interface {
 	ValidateRules(p *policy.Policy) error
 }
 
+// ImplicitAccepter is implemented by mode states with an action the runtime
+// takes on the mode's behalf when a policy timeout passes (the handoff
+// mode's implicit acceptance, RFC-MACP-0010 §5.1, RFC-MACP-0012 §4.5). The
+// core tracks since when the action has been pending (the acceptance time
+// of the message that made it pending), and when ImplicitAcceptTimeoutMs
+// has passed the runtime appends the returned message as a runtime-emitted
+// record; replay applies the recorded one with StepImplicit.
+type ImplicitAccepter interface {
+	// ImplicitAcceptTimeoutMs is the bound policy's timeout (0: never).
+	ImplicitAcceptTimeoutMs(b *Binding) uint64
+	// PendingImplicitAccept returns the message the runtime would append
+	// now (its Sender is the participant it acts for), or false.
+	PendingImplicitAccept() (Message, bool)
+	// StepImplicit applies that message; an error when it is not the
+	// pending one.
+	StepImplicit(b *Binding, m *Message) error
+}
+
 // State is the mode-specific state of one session.
 type State interface {
 	// Step validates and applies one non-Commitment message: authority

@@ -172,8 +172,8 @@ func (r *Runtime) applyLocked(o *owner, recs []session.Record) bool {
 			r.closedOpen(o)
 		}
 		r.Lifecycle.Publish(r.terminalEvent(o.sess, r.nowMs()))
-		r.armExpiry(o.sess)
 	}
+	r.armExpiry(o.sess) // a moved deadline or a pending implicit action
 	return true
 }
 

@@ -188,7 +188,11 @@ func (r *Runtime) stepSubmit(ctx context.Context, env *macpv1.Envelope) *stepped
 	}
 	now := r.nowMs()
 	before, seen := o.sess.Status, o.sess.Seq
+	implicitBefore, _ := o.sess.ImplicitDueMs()
 	out := o.sess.Step(env, now, r.opts.Limits)
+	if at, ok := o.sess.ImplicitDueMs(); ok && at != implicitBefore {
+		r.timers.add(o.id, at) // a mode's implicit action became pending
+	}
 	state := o.sess.Status
 	closes := !before.Terminal() && state.Terminal()
 	var events []LifecycleEvent

@@ -3,6 +3,8 @@ package runtime
 import (
 	"container/heap"
 	"context"
+
+	"github.com/google/uuid"
 	"sync"
 	"time"
 
@@ -153,7 +155,7 @@ func (r *Runtime) expire(id string) {
 	now := r.nowMs()
 	rec, ok := o.sess.ExpireIfDue(now)
 	if !ok {
-		o.mu.Unlock()
+		r.implicitLocked(o, now) // unlocks o
 		return
 	}
 	done := r.commit.submit(o, []session.Record{rec}, []LifecycleEvent{r.terminalEvent(o.sess, now)}, true)
@@ -177,5 +179,28 @@ func (r *Runtime) retryExpiry(id string) {
 func (r *Runtime) armExpiry(s *session.Session) {
 	if at, ok := s.ExpiryMs(); ok {
 		r.timers.add(s.ID, at)
+	}
+	if at, ok := s.ImplicitDueMs(); ok { // a mode's implicit action (session/implicit.go)
+		r.timers.add(s.ID, at)
+	}
+}
+
+// implicitLocked takes a mode's implicit action that is due (the handoff
+// implicit accept, session/implicit.go) with o.mu held, and unlocks it. A
+// failed append is retried like an expiry.
+func (r *Runtime) implicitLocked(o *owner, now int64) {
+	out := o.sess.ImplicitIfDue(now, uuid.NewString())
+	if len(out.Records) == 0 {
+		o.mu.Unlock()
+		if out.Err != nil {
+			r.log.Error("implicit action failed", "session_id", o.id, "err", out.Err)
+		}
+		return
+	}
+	r.armExpiry(o.sess) // the deadline, and a next implicit action
+	done := r.commit.submit(o, out.Records, nil, false)
+	o.mu.Unlock()
+	if err := <-done; err != nil {
+		r.retryExpiry(o.id)
 	}
 }

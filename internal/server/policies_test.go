@@ -212,9 +212,9 @@ func TestPolicyRegisterRejects(t *testing.T) {
 			d.Mode = "macp.mode.task.v1"
 			d.Rules = `{"completion":{"require_output":"yes"}}`
 		}), bad},
-		{"handoff: implicit accept (not supported)", pd(func(d *macpv1.PolicyDescriptor) {
+		{"handoff: implicit accept timeout not an integer", pd(func(d *macpv1.PolicyDescriptor) {
 			d.Mode = "macp.mode.handoff.v1"
-			d.Rules = `{"acceptance":{"implicit_accept_timeout_ms":5000}}`
+			d.Rules = `{"acceptance":{"implicit_accept_timeout_ms":5000.5}}`
 		}), bad},
 		{"quorum: unknown threshold.type", pd(func(d *macpv1.PolicyDescriptor) {
 			d.Mode = "macp.mode.quorum.v1"

@@ -58,6 +58,11 @@ type Session struct {
 	SuspendedAtMs    int64
 	BankedMs         int64
 
+	// implicitKey identifies the mode's pending implicit action (""
+	// when none) and implicitSince when it became pending (implicit.go).
+	implicitKey   string
+	implicitSince int64
+
 	startMessageID string
 	seen           map[string]struct{}
 	activity       map[string]*Activity
@@ -341,6 +346,7 @@ func restore(rec Record, p *macpv1.SessionStartPayload, m mode.Mode) (*Session, 
 	if s.MaxSuspendMs == 0 {
 		s.MaxSuspendMs = DefaultMaxSuspend
 	}
+	s.trackImplicit(rec.AcceptedAtMs)
 	s.touch(env.Sender, rec.AcceptedAtMs)
 	return s, nil
 }
@@ -453,6 +459,7 @@ func (s *Session) step(env *macpv1.Envelope, nowMs int64, lim Limits, replaying 
 	s.Seq++
 	s.seen[env.MessageId] = struct{}{}
 	s.touch(env.Sender, nowMs)
+	s.trackImplicit(nowMs)
 	if resolved {
 		s.Status = Resolved
 		s.ClosedAtMs = nowMs
@@ -672,6 +679,10 @@ func (s *Session) Apply(rec Record, lim Limits) error {
 		}
 	case KindSuspend, KindResume:
 		if err := s.applyControl(rec); err != nil {
+			return err
+		}
+	case KindImplicit:
+		if err := s.applyImplicit(rec); err != nil {
 			return err
 		}
 	case KindExpire:

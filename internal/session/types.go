@@ -63,6 +63,10 @@ const (
 	// KindResume is the runtime-emitted SessionResume envelope written by
 	// ResumeSession; its payload records the banked TTL.
 	KindResume Kind = 6
+	// KindImplicit is a runtime-emitted action a mode takes for a
+	// participant when its policy timeout passes: the handoff mode's
+	// implicit HandoffAccept (implicit.go).
+	KindImplicit Kind = 7
 )
 
 func (k Kind) String() string {
@@ -79,6 +83,8 @@ func (k Kind) String() string {
 		return "suspend"
 	case KindResume:
 		return "resume"
+	case KindImplicit:
+		return "implicit"
 	}
 	return "unknown"
 }

@@ -208,6 +208,16 @@ func ReplayWhatIf(recs []session.Record, modes session.Modes, lim session.Limits
 				ce = out.Records[0].Envelope
 			}
 			decide(rec.Seq, out, ce)
+		case session.KindImplicit:
+			out := s.ImplicitIfDue(rec.AcceptedAtMs, rec.Envelope.GetMessageId())
+			if out.Err == nil && len(out.Records) != 1 {
+				out.Err = coord.Errorf(coord.CodeSessionNotOpen, "no implicit action is due under the what-if policy")
+			}
+			var ie *macpv1.Envelope
+			if out.Err == nil {
+				ie = out.Records[0].Envelope
+			}
+			decide(rec.Seq, out, ie)
 		case session.KindExpire:
 			s.ExpireIfDue(rec.AcceptedAtMs)
 		}

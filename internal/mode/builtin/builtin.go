@@ -22,7 +22,7 @@ func Modes() *mode.Registry {
 		mode.Entry{Mode: decision.New(), Kind: mode.Standard, BuiltIn: true},
 		mode.Entry{Mode: proposal.New(), Kind: mode.Standard, BuiltIn: true},
 		mode.Entry{Mode: task.New(), Kind: mode.Standard, BuiltIn: true},
-		mode.Entry{Mode: handoff.New(), Kind: mode.Standard, BuiltIn: true},
+		mode.Entry{Mode: handoff.NewWithOptions(handoff.Options{ImplicitAccept: true}), Kind: mode.Standard, BuiltIn: true}, // the runtime runs the implicit-accept timer
 		mode.Entry{Mode: quorum.New(), Kind: mode.Standard, BuiltIn: true},
 		mode.Entry{Mode: multiround.New(), Kind: mode.Extension, BuiltIn: true},
 	)

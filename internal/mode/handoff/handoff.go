@@ -244,6 +244,17 @@ type ImplicitAccepter interface {
 // ImplicitReason is the reason of a synthetic implicit HandoffAccept.
 const ImplicitReason = "implicit accept (timeout)"
 
+// ImplicitAcceptTimeoutMs implements mode.ImplicitAccepter: the bound
+// policy's acceptance.implicit_accept_timeout_ms (Start already refused an
+// invalid value).
+func (s *state) ImplicitAcceptTimeoutMs(b *mode.Binding) uint64 {
+	v, err := ImplicitAcceptTimeout(b.Policy)
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
 // PendingImplicitAccept implements ImplicitAccepter.
 func (s *state) PendingImplicitAccept() (mode.Message, bool) {
 	if s.committed || s.pending < 0 {

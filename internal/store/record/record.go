@@ -136,7 +136,7 @@ func fromProto(pb *storev1.Record) (session.Record, error) {
 		Status:       session.Status(pb.Status),
 		Final:        pb.Final,
 	}
-	if pb.Kind < storev1.RecordKind_RECORD_KIND_START || pb.Kind > storev1.RecordKind_RECORD_KIND_RESUME {
+	if pb.Kind < storev1.RecordKind_RECORD_KIND_START || pb.Kind > storev1.RecordKind_RECORD_KIND_IMPLICIT {
 		return rec, fmt.Errorf("unknown record kind %d", pb.Kind)
 	}
 	if pb.Status < 0 || pb.Status > macpv1.SessionState_SESSION_STATE_CANCELLED {

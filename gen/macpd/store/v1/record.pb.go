@@ -36,6 +36,7 @@ const (
 	RecordKind_RECORD_KIND_EXPIRE      RecordKind = 4 // TTL expiry; no envelope
 	RecordKind_RECORD_KIND_SUSPEND     RecordKind = 5 // the runtime's SessionSuspend envelope
 	RecordKind_RECORD_KIND_RESUME      RecordKind = 6 // the runtime's SessionResume envelope
+	RecordKind_RECORD_KIND_IMPLICIT    RecordKind = 7 // a runtime-emitted implicit action (handoff implicit accept)
 )
 
 // Enum value maps for RecordKind.
@@ -48,6 +49,7 @@ var (
 		4: "RECORD_KIND_EXPIRE",
 		5: "RECORD_KIND_SUSPEND",
 		6: "RECORD_KIND_RESUME",
+		7: "RECORD_KIND_IMPLICIT",
 	}
 	RecordKind_value = map[string]int32{
 		"RECORD_KIND_UNSPECIFIED": 0,
@@ -57,6 +59,7 @@ var (
 		"RECORD_KIND_EXPIRE":      4,
 		"RECORD_KIND_SUSPEND":     5,
 		"RECORD_KIND_RESUME":      6,
+		"RECORD_KIND_IMPLICIT":    7,
 	}
 )
 
@@ -489,7 +492,7 @@ const file_macpd_store_v1_record_proto_rawDesc = "" +
 	"\x06status\x18\x03 \x01(\x0e2\x15.macp.v1.SessionStateR\x06status\x12(\n" +
 	"\x10last_accepted_ms\x18\x04 \x01(\x03R\x0elastAcceptedMs\x12\x1b\n" +
 	"\tlast_hash\x18\x05 \x01(\fR\blastHash\x12.\n" +
-	"\x05final\x18\x06 \x01(\v2\x18.macp.v1.SessionMetadataR\x05final*\xba\x01\n" +
+	"\x05final\x18\x06 \x01(\v2\x18.macp.v1.SessionMetadataR\x05final*\xd4\x01\n" +
 	"\n" +
 	"RecordKind\x12\x1b\n" +
 	"\x17RECORD_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
@@ -498,7 +501,8 @@ const file_macpd_store_v1_record_proto_rawDesc = "" +
 	"\x12RECORD_KIND_CANCEL\x10\x03\x12\x16\n" +
 	"\x12RECORD_KIND_EXPIRE\x10\x04\x12\x17\n" +
 	"\x13RECORD_KIND_SUSPEND\x10\x05\x12\x16\n" +
-	"\x12RECORD_KIND_RESUME\x10\x06b\x06proto3"
+	"\x12RECORD_KIND_RESUME\x10\x06\x12\x18\n" +
+	"\x14RECORD_KIND_IMPLICIT\x10\ab\x06proto3"
 
 var (
 	file_macpd_store_v1_record_proto_rawDescOnce sync.Once
