@@ -8,6 +8,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -241,8 +243,10 @@ func (s *ResumeStream) Next() (ResumeEvent, error) {
 			return ResumeEvent{}, fmt.Errorf("macp: not JSON-RPC: %s", b)
 		}
 		var p struct {
-			SessionID      string          `json:"sessionId"`
-			SessionEventID uint64          `json:"sessionEventId"`
+			SessionID string `json:"sessionId"`
+			// N for envelopes, N.5 for state notifications (the state
+			// after envelope N); only envelopes move the cursor.
+			SessionEventID eventID         `json:"sessionEventId"`
 			Envelope       json.RawMessage `json:"envelope"`
 			Metadata       json.RawMessage `json:"metadata"`
 			Error          json.RawMessage `json:"error"`
@@ -252,15 +256,16 @@ func (s *ResumeStream) Next() (ResumeEvent, error) {
 		}
 		switch f.Method {
 		case "notifications/macp/envelope":
-			if p.SessionEventID <= s.last.Load() {
+			seq := uint64(p.SessionEventID)
+			if seq <= s.last.Load() {
 				continue // never twice
 			}
 			env := &macpv1.Envelope{}
 			if err := protojson.Unmarshal(p.Envelope, env); err != nil {
-				return ResumeEvent{}, fmt.Errorf("macp: envelope %d: %v", p.SessionEventID, err)
+				return ResumeEvent{}, fmt.Errorf("macp: envelope %d: %v", seq, err)
 			}
-			s.last.Store(p.SessionEventID)
-			return ResumeEvent{Kind: KindEnvelope, Seq: p.SessionEventID, Envelope: env}, nil
+			s.last.Store(seq)
+			return ResumeEvent{Kind: KindEnvelope, Seq: seq, Envelope: env}, nil
 		case "notifications/macp/session":
 			md := &macpv1.SessionMetadata{}
 			if err := protojson.Unmarshal(p.Metadata, md); err != nil {
@@ -288,4 +293,18 @@ func (s *ResumeStream) Next() (ResumeEvent, error) {
 			s.failures = 1
 		}
 	}
+}
+
+// eventID decodes a sessionEventId: N (an envelope) or N.5 (a state
+// notification, the state after envelope N); it holds N.
+type eventID uint64
+
+func (e *eventID) UnmarshalJSON(b []byte) error {
+	v := strings.Trim(string(b), `"`)
+	n, err := strconv.ParseUint(strings.TrimSuffix(v, ".5"), 10, 64)
+	if err != nil {
+		return fmt.Errorf("sessionEventId %s: %v", b, err)
+	}
+	*e = eventID(n)
+	return nil
 }

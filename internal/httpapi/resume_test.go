@@ -29,6 +29,47 @@ type pconn struct {
 	c       *websocket.Conn
 	id      int
 	pending []*rpcMsg
+	ids     eventIDs // every session-scoped notification's sessionEventId, as received
+}
+
+// eventIDs records the sessionEventId of every envelope and state
+// notification a connection receives, per session, in arrival order.
+type eventIDs map[string][]float64
+
+func (e *eventIDs) note(t testing.TB, m *rpcMsg) {
+	t.Helper()
+	if m.Method != "notifications/macp/envelope" && m.Method != "notifications/macp/session" {
+		return
+	}
+	var n struct {
+		SessionID      string          `json:"sessionId"`
+		SessionEventID json.RawMessage `json:"sessionEventId"`
+	}
+	var id float64
+	if json.Unmarshal(m.Params, &n) != nil || json.Unmarshal(n.SessionEventID, &id) != nil {
+		t.Fatalf("%s without a numeric sessionEventId: %s", m.Method, m.Params)
+	}
+	// Envelopes carry N, state notifications N.5 (docs/resume.md).
+	if frac := id - float64(uint64(id)); (m.Method == "notifications/macp/envelope") != (frac == 0) || (frac != 0 && frac != 0.5) {
+		t.Fatalf("%s with sessionEventId %s", m.Method, n.SessionEventID)
+	}
+	if *e == nil {
+		*e = eventIDs{}
+	}
+	(*e)[n.SessionID] = append((*e)[n.SessionID], id)
+}
+
+// increasing fails unless every id of sid is above after and above the
+// one before it: unique and strictly increasing in arrival order.
+func (e eventIDs) increasing(t testing.TB, what, sid string, after float64) {
+	t.Helper()
+	prev := after
+	for i, id := range e[sid] {
+		if id <= prev {
+			t.Fatalf("%s: sessionEventId %v after %v (notification %d of %v)", what, id, prev, i, e[sid])
+		}
+		prev = id
+	}
 }
 
 func (e *env) pdial(t testing.TB, agent string) *pconn {
@@ -64,6 +105,7 @@ func (p *pconn) notif() *rpcMsg {
 	if len(p.pending) > 0 {
 		m := p.pending[0]
 		p.pending = p.pending[1:]
+		p.ids.note(p.t, m)
 		return m
 	}
 	m, err := wsRead(p.c)
@@ -73,12 +115,13 @@ func (p *pconn) notif() *rpcMsg {
 	if m.Method == "" {
 		p.t.Fatalf("unexpected response %s", m.ID)
 	}
+	p.ids.note(p.t, m)
 	return m
 }
 
 type envNote struct {
 	SessionID      string          `json:"sessionId"`
-	SessionEventID uint64          `json:"sessionEventId"`
+	SessionEventID float64         `json:"sessionEventId"` // N (envelopes) or N.5 (state)
 	Envelope       json.RawMessage `json:"envelope"`
 	Metadata       json.RawMessage `json:"metadata"`
 	Reason         string          `json:"reason"`
@@ -131,7 +174,7 @@ func (p *pconn) nextEnvelope(sid string) (uint64, []byte) {
 			if err := protojson.Unmarshal(n.Envelope, env); err != nil {
 				p.t.Fatal(err)
 			}
-			return n.SessionEventID, wireBytes(p.t, env)
+			return uint64(n.SessionEventID), wireBytes(p.t, env)
 		default:
 			p.t.Fatalf("unexpected %s %s", m.Method, m.Params)
 		}
@@ -407,6 +450,8 @@ func TestProtocolResumeTrials(t *testing.T) {
 		via := cutVia[rng.IntN(len(cutVia))]
 		// Read 1..4 envelopes on via, then cut: the cursor is the last seq.
 		cursor := start
+		var cursorID any // what the resume sends: N, or a state notification's N.5
+		var cursorF float64
 		n1 := 1 + rng.IntN(4)
 		if via == "proto" {
 			p := e.pdial(t, agent)
@@ -414,6 +459,20 @@ func TestProtocolResumeTrials(t *testing.T) {
 			for range n1 {
 				cursor, _ = p.nextEnvelope(sid)
 			}
+			// Sometimes the cursor is the id of a state notification:
+			// read on until one arrives.
+			if rng.IntN(2) == 0 {
+				for range 400 {
+					if m := p.notif(); m.Method == "notifications/macp/session" {
+						ids := p.ids[sid]
+						cursorF = ids[len(ids)-1]
+						cursor, cursorID = uint64(cursorF), json.Number(fmt.Sprintf("%.1f", cursorF))
+						counts["state-cursor"]++
+						break
+					}
+				}
+			}
+			p.ids.increasing(t, fmt.Sprintf("trial %d cut", trial), sid, float64(start))
 			_ = p.c.CloseNow()
 		} else {
 			f := e.open(t, via, agent, sid, start)
@@ -425,6 +484,9 @@ func TestProtocolResumeTrials(t *testing.T) {
 				cursor = seq
 			}
 			f.close()
+		}
+		if cursorID == nil {
+			cursorID, cursorF = cursor, float64(cursor)
 		}
 		// Let some more envelopes through sometimes, so that some
 		// cursors fall outside the window.
@@ -439,20 +501,25 @@ func TestProtocolResumeTrials(t *testing.T) {
 		var got []uint64
 		var gotB [][]byte
 		var r resumeResult
+		var ids eventIDs
 		resumeVia := []string{"ws", "http"}[rng.IntN(2)]
 		counts["resume-"+resumeVia]++
 		if resumeVia == "ws" {
 			p := e.pdial(t, agent)
-			r = p.resume(sid, cursor)
+			m := p.call("session/resume", map[string]any{"sessionId": sid, "lastSessionEventId": cursorID})
+			if m.Error != nil || json.Unmarshal(m.Result, &r) != nil || !r.Resumed {
+				t.Fatalf("trial %d: resume from %v: %+v %s", trial, cursorID, m.Error, m.Result)
+			}
 			for range n2 {
 				seq, b := p.nextEnvelope(sid)
 				got = append(got, seq)
 				gotB = append(gotB, b)
 			}
 			_ = p.c.CloseNow()
+			ids = p.ids
 		} else {
 			h := e.hdial(t, agent)
-			code, m := h.call("session/resume", map[string]any{"sessionId": sid, "lastSessionEventId": cursor})
+			code, m := h.call("session/resume", map[string]any{"sessionId": sid, "lastSessionEventId": cursorID})
 			if code != 200 || m.Error != nil || json.Unmarshal(m.Result, &r) != nil || !r.Resumed {
 				t.Fatalf("trial %d: HTTP resume %d %+v %s", trial, code, m.Error, m.Result)
 			}
@@ -462,7 +529,16 @@ func TestProtocolResumeTrials(t *testing.T) {
 				gotB = append(gotB, b)
 			}
 			h.close()
+			ids = h.ids
 		}
+		// Every notification's sessionEventId, envelopes and state alike:
+		// unique and strictly increasing, above the cursor (catch-up) or
+		// above the end at resume.
+		from := cursorF
+		if !r.Catchup {
+			from = float64(r.SessionEventID)
+		}
+		ids.increasing(t, fmt.Sprintf("trial %d resume", trial), sid, from)
 		after, _ := e.a.Runtime().LastSeq(sid)
 		if r.Catchup {
 			counts["catchup"]++
@@ -488,7 +564,7 @@ func TestProtocolResumeTrials(t *testing.T) {
 		}
 		counts[via]++
 	}
-	if counts["catchup"] == 0 || counts["outside"] == 0 {
+	if counts["catchup"] == 0 || counts["outside"] == 0 || counts["state-cursor"] == 0 {
 		t.Fatalf("trials did not cover both outcomes: %v", counts)
 	}
 	t.Logf("%d trials %v, %d envelopes sent meanwhile", trials, counts, sent.Load())
@@ -517,5 +593,65 @@ func TestProtocolAdvertised(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("websocket endpoint does not advertise it: %v", m.TransportEndpoints)
+	}
+}
+
+// TestProtocolEventIDs: on a resume, every session-scoped notification's
+// sessionEventId is unique and strictly increasing (envelopes N, state
+// N.5), the state is the state at its id, and a resume from a state
+// notification's id repeats nothing. Before, the state notification
+// reused an envelope's id and could arrive before that envelope.
+func TestProtocolEventIDs(t *testing.T) {
+	cfg := testConfig()
+	cfg.Resume.ReplayWindow = 5
+	e := startApp(t, cfg)
+	sid := e.startSession(t, "coord", "alice", "bob")
+	for i := range 5 {
+		e.mustAck(t, "/macp/envelope", "coord", proposalJSON(sid, uuid.NewString(), fmt.Sprint("p", i)))
+	}
+	for range 24 {
+		p := e.pdial(t, "alice")
+		p.resume(sid, 1)
+		var state []byte
+		for {
+			if m := p.notif(); m.Method == "notifications/macp/session" {
+				n := params(t, m)
+				if n.SessionEventID != 6.5 {
+					t.Fatalf("state notification %v, want 6.5 (ids %v)", n.SessionEventID, p.ids[sid])
+				}
+				state = n.Metadata
+				break
+			}
+		}
+		p.ids.increasing(t, "resume from 1", sid, 1)
+		if got := p.ids[sid]; len(got) != 6 || got[0] != 2 || got[4] != 6 {
+			t.Fatalf("ids %v, want 2..6 then 6.5", got)
+		}
+		// The state notification equals session/get at 6.
+		var gr envNote
+		g := p.call("session/get", map[string]any{"sessionId": sid})
+		if json.Unmarshal(g.Result, &gr) != nil || gr.SessionEventID != 6 || !bytes.Equal(gr.Metadata, state) {
+			t.Fatalf("state notification %s, session/get %s", state, g.Result)
+		}
+		_ = p.c.CloseNow()
+
+		// Resuming from 6.5 sends neither envelope 6 nor state 6.5 again.
+		q := e.pdial(t, "alice")
+		m := q.call("session/resume", map[string]any{"sessionId": sid, "lastSessionEventId": json.Number("6.5")})
+		if m.Error != nil {
+			t.Fatalf("resume from 6.5: %+v", m.Error)
+		}
+		q.call("session/get", map[string]any{"sessionId": sid}) // a barrier
+		for _, n := range q.pending {
+			t.Fatalf("resume from 6.5 got %s %s", n.Method, n.Params)
+		}
+		_ = q.c.CloseNow()
+	}
+	// Malformed ids are refused.
+	p := e.pdial(t, "alice")
+	for _, bad := range []any{json.Number("6.4"), "6.5.5", json.Number("-1"), "x"} {
+		if code, _ := rpcCode(t, p.call("session/resume", map[string]any{"sessionId": sid, "lastSessionEventId": bad})); code != -32602 {
+			t.Fatalf("lastSessionEventId %v: %d", bad, code)
+		}
 	}
 }

@@ -80,7 +80,7 @@ func mixedModeError(sid string) *jsonrpc.Error {
 }
 
 // attachHere attaches the carrier to sid after `after`.
-func (pc *protoConn) attachHere(req *jsonrpc.Request, sid string, after uint64, result func(catchup bool, from uint64) any) (any, *jsonrpc.Error) {
+func (pc *protoConn) attachHere(req *jsonrpc.Request, sid string, after uint64, stateSeen bool, result func(catchup bool, from uint64) any) (any, *jsonrpc.Error) {
 	if pc.sink == nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: req.Method + " over HTTP needs a notification stream: open GET /macp/rpc/stream and send its id in the " + HeaderRPCStream + " header"}
 	}
@@ -110,7 +110,7 @@ func (pc *protoConn) attachHere(req *jsonrpc.Request, sid string, after uint64, 
 		jerr *jsonrpc.Error
 	}
 	started := make(chan outcome, 1)
-	pc.s.attach(pc.sink, sid, after, func(a *attachment, catchup bool, from uint64) {
+	pc.s.attach(pc.sink, sid, after, stateSeen, func(a *attachment, catchup bool, from uint64) {
 		pc.mu.Lock()
 		pc.att[sid] = a
 		pc.mu.Unlock()
@@ -153,7 +153,7 @@ func (pc *protoConn) sessionStart(ctx context.Context, req *jsonrpc.Request) (an
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "session/start takes a SessionStart envelope (got message_type " + env.GetMessageType() + "); use macp/send"}
 	}
 	if pc.sink == nil {
-		return pc.attachHere(req, "", 0, nil) // the error naming the missing stream
+		return pc.attachHere(req, "", 0, false, nil) // the error naming the missing stream
 	}
 	ack := pc.s.rt.Send(ctx, pc.id, env)
 	b, err := wire.Compact(ack)
@@ -164,7 +164,7 @@ func (pc *protoConn) sessionStart(ctx context.Context, req *jsonrpc.Request) (an
 	if !ack.GetOk() {
 		return res, nil // nothing to attach to; the ack says why
 	}
-	return pc.attachHere(req, env.GetSessionId(), 0, func(bool, uint64) any { return res })
+	return pc.attachHere(req, env.GetSessionId(), 0, false, func(bool, uint64) any { return res })
 }
 
 func (pc *protoConn) sessionResume(ctx context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
@@ -175,7 +175,7 @@ func (pc *protoConn) sessionResume(ctx context.Context, req *jsonrpc.Request) (a
 	if len(p.Envelope) != 0 {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: `session/resume takes {"sessionId", "lastSessionEventId"}`}
 	}
-	after, jerr := lastEventID(p.LastSessionEventID)
+	after, stateSeen, jerr := lastEventID(p.LastSessionEventID)
 	if jerr != nil {
 		return nil, jerr
 	}
@@ -183,7 +183,7 @@ func (pc *protoConn) sessionResume(ctx context.Context, req *jsonrpc.Request) (a
 	if _, cerr := pc.s.rt.GetSession(ctx, pc.id, p.SessionID); cerr != nil {
 		return nil, macpRPCError(cerr)
 	}
-	return pc.attachHere(req, p.SessionID, after, func(catchup bool, from uint64) any {
+	return pc.attachHere(req, p.SessionID, after, stateSeen, func(catchup bool, from uint64) any {
 		return map[string]any{"resumed": true, "catchup": catchup, "sessionId": p.SessionID, "sessionEventId": from}
 	})
 }
