@@ -655,3 +655,61 @@ func TestProtocolEventIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestProtocolEndedSessions: session/resume of an ended session is an
+// error carrying SESSION_NOT_OPEN and the final sessionEventId (before, a
+// cancelled session resumed with catchup true); session/end of an unknown
+// session or by a caller who may not observe it is an error (before:
+// "ended": true), on WebSocket and HTTP alike.
+func TestProtocolEndedSessions(t *testing.T) {
+	e := startApp(t, testConfig())
+	sid := e.startSession(t, "coord", "alice", "bob")
+	e.mustAck(t, "/macp/envelope", "coord", proposalJSON(sid, uuid.NewString(), "p"))
+	c := e.pdial(t, "coord")
+	if m := c.call("session/end", map[string]any{"sessionId": sid}); m.Error != nil || !bytes.Contains(m.Result, []byte(`"cancelled":true`)) {
+		t.Fatalf("initiator session/end: %+v %s", m.Error, m.Result)
+	}
+	last, _ := e.a.Runtime().LastSeq(sid) // the runtime's SessionCancel
+	if last != 3 {
+		t.Fatalf("last seq %d, want 3", last)
+	}
+	check := func(what string, m *rpcMsg, want string) {
+		t.Helper()
+		code, mc := rpcCode(t, m)
+		if code != -32000 || mc != want {
+			t.Fatalf("%s: %d %s, want -32000 %s", what, code, mc, want)
+		}
+	}
+	for _, cursor := range []uint64{0, 1, 3} {
+		p := e.pdial(t, "alice")
+		m := p.call("session/resume", map[string]any{"sessionId": sid, "lastSessionEventId": cursor})
+		check("resume of an ended session", m, "SESSION_NOT_OPEN")
+		var me macpv1.MACPError
+		var d struct {
+			SessionEventID uint64 `json:"sessionEventId"`
+			State          string `json:"state"`
+		}
+		if protojson.Unmarshal(m.Error.Data, &me) != nil || me.SessionId != sid || json.Unmarshal(me.Details, &d) != nil || d.SessionEventID != 3 || d.State != "SESSION_STATE_EXPIRED" {
+			t.Fatalf("ended error data %s", m.Error.Data)
+		}
+		p.call("session/get", map[string]any{"sessionId": sid}) // a barrier
+		for _, n := range p.pending {
+			t.Fatalf("notification after a refused resume: %s", n.Method)
+		}
+	}
+	h := e.hdial(t, "bob")
+	if _, m := h.call("session/resume", map[string]any{"sessionId": sid}); true {
+		check("HTTP resume of an ended session", m, "SESSION_NOT_OPEN")
+	}
+	// session/end: unknown session, a caller who may not observe it.
+	check("session/end of an unknown session", c.call("session/end", map[string]any{"sessionId": uuid.NewString()}), "SESSION_NOT_FOUND")
+	open := e.startSession(t, "coord", "alice")
+	check("session/end by a non-participant", e.pdial(t, "mallory").call("session/end", map[string]any{"sessionId": open}), "FORBIDDEN")
+	if _, m := h.call("session/end", map[string]any{"sessionId": uuid.NewString()}); true {
+		check("HTTP session/end of an unknown session", m, "SESSION_NOT_FOUND")
+	}
+	md, err := e.c.GetSession(as("coord"), &macpv1.GetSessionRequest{SessionId: open})
+	if err != nil || md.GetMetadata().GetState() != macpv1.SessionState_SESSION_STATE_OPEN {
+		t.Fatalf("refused session/end changed the session: %v %v", md, err)
+	}
+}

@@ -3,10 +3,13 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/jsonrpc"
+	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/wire"
 )
 
@@ -179,9 +182,14 @@ func (pc *protoConn) sessionResume(ctx context.Context, req *jsonrpc.Request) (a
 	if jerr != nil {
 		return nil, jerr
 	}
-	// Refuse unknown sessions and non-observers before superseding anything.
-	if _, cerr := pc.s.rt.GetSession(ctx, pc.id, p.SessionID); cerr != nil {
+	// Refuse unknown sessions, non-observers and ended sessions before
+	// superseding anything.
+	md, cerr := pc.s.rt.GetSession(ctx, pc.id, p.SessionID)
+	if cerr != nil {
 		return nil, macpRPCError(cerr)
+	}
+	if md.GetState() != macpv1.SessionState_SESSION_STATE_OPEN {
+		return nil, pc.s.endedError(ctx, md)
 	}
 	return pc.attachHere(req, p.SessionID, after, stateSeen, func(catchup bool, from uint64) any {
 		return map[string]any{"resumed": true, "catchup": catchup, "sessionId": p.SessionID, "sessionEventId": from}
@@ -192,6 +200,11 @@ func (pc *protoConn) sessionEnd(ctx context.Context, req *jsonrpc.Request) (any,
 	p, jerr := parseProto(req, true)
 	if jerr != nil {
 		return nil, jerr
+	}
+	// An unknown session, or one the caller may not observe, is an error
+	// that changes nothing.
+	if _, cerr := pc.s.rt.GetSession(ctx, pc.id, p.SessionID); cerr != nil {
+		return nil, macpRPCError(cerr)
 	}
 	pc.mu.Lock()
 	a := pc.att[p.SessionID]
@@ -216,4 +229,23 @@ func (pc *protoConn) detachAll() {
 		a.cancel()
 		<-a.done
 	}
+}
+
+// endedError is session/resume's answer for an ended session: -32000 with a
+// MACPError SESSION_NOT_OPEN naming the session, whose details are the
+// JSON {"sessionEventId": <its last record>, "state": <its final state>},
+// so the client can rehydrate with session/get or read the history over
+// SSE or gRPC (docs/resume.md "Ended sessions").
+func (s *Server) endedError(ctx context.Context, md *macpv1.SessionMetadata) *jsonrpc.Error {
+	sid := md.GetSessionId()
+	var last uint64
+	_ = s.rt.Inspect(ctx, sid, func(ss *session.Session) { last = ss.Seq })
+	details, _ := json.Marshal(map[string]any{"sessionEventId": last, "state": md.GetState().String()})
+	me := &macpv1.MACPError{
+		Code:      string(coord.CodeSessionNotOpen),
+		Message:   fmt.Sprintf("session %s has ended (%s); its final sessionEventId is %d: read it with session/get, or its history over SSE or gRPC", sid, md.GetState(), last),
+		SessionId: sid,
+		Details:   details,
+	}
+	return &jsonrpc.Error{Code: wire.RPCMACPError, Message: me.Code + ": " + me.Message, Data: json.RawMessage(mustCompact(me))}
 }
