@@ -713,3 +713,64 @@ func TestProtocolEndedSessions(t *testing.T) {
 		t.Fatalf("refused session/end changed the session: %v %v", md, err)
 	}
 }
+
+// TestProtocolJSONRPCStrict: session/resume and session/start sent as
+// notifications (no id) act but get no response, on WebSocket and HTTP
+// (before: a response with "id": null); names are case-sensitive and a
+// duplicated member is refused -32600.
+func TestProtocolJSONRPCStrict(t *testing.T) {
+	e := startApp(t, testConfig())
+	sid := e.startSession(t, "coord", "alice")
+	p := e.pdial(t, "alice")
+	raw := func(msg string) {
+		t.Helper()
+		if err := p.c.Write(context.Background(), websocket.MessageText, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw(`{"jsonrpc":"2.0","method":"session/resume","params":{"sessionId":"` + sid + `","lastSessionEventId":0}}`)
+	sid2 := uuid.NewString()
+	raw(`{"jsonrpc":"2.0","method":"session/start","params":{"envelope":` + startJSON(sid2, "alice", "bob") + `}}`)
+	raw(`{"jsonrpc":"2.0","method":"session/nope","params":{}}`)
+	p.call("session/get", map[string]any{"sessionId": sid}) // a barrier: its response is the first
+	// The notifications acted: both sessions are attached.
+	seen := map[string]bool{}
+	for len(seen) < 2 {
+		m := p.notif()
+		if m.Method == "notifications/macp/envelope" {
+			seen[params(t, m).SessionID] = true
+		}
+	}
+	if !seen[sid] || !seen[sid2] {
+		t.Fatalf("attached to %v", seen)
+	}
+	for _, c := range []struct {
+		msg  string
+		code int
+	}{
+		{`{"jsonrpc":"2.0","id":5,"Method":"session/get","params":{"sessionId":"` + sid + `"}}`, -32600},
+		{`{"jsonrpc":"2.0","id":5,"method":"Session/Get","params":{"sessionId":"` + sid + `"}}`, -32601},
+		{`{"jsonrpc":"2.0","id":5,"method":"session/get","params":{"SessionId":"` + sid + `"}}`, -32602},
+		{`{"jsonrpc":"2.0","id":5,"method":"session/end","method":"session/get","params":{"sessionId":"` + sid + `"}}`, -32600},
+		{`{"jsonrpc":"2.0","id":5,"method":"session/get","params":{"sessionId":"x","sessionId":"` + sid + `"}}`, -32600},
+	} {
+		raw(c.msg)
+		m, err := wsRead(p.c)
+		for err == nil && m.Method != "" {
+			m, err = wsRead(p.c)
+		}
+		if err != nil || m.Error == nil || m.Error.Code != c.code {
+			t.Fatalf("%s: %+v %v, want %d", c.msg, m, err, c.code)
+		}
+	}
+	// HTTP: a notification is 204 with no body.
+	h := e.hdial(t, "alice")
+	code, body := e.do(t, "POST", "/macp/rpc", "alice", "application/json",
+		[]byte(`{"jsonrpc":"2.0","method":"session/resume","params":{"sessionId":"`+sid+`"}}`), "X-MACP-RPC-Stream", h.key)
+	if code != 204 || len(body) != 0 {
+		t.Fatalf("HTTP notification: %d %s", code, body)
+	}
+	if seq, _ := h.nextEnvelopeBytes(); seq != 1 { // it acted
+		t.Fatalf("HTTP notification attached at %d", seq)
+	}
+}

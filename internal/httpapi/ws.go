@@ -277,7 +277,9 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 			sub.last = from
 			wc.mu.Unlock()
 			// The response goes out before any notification.
-			wc.enqueue(ctx, jsonrpc.Reply(req, map[string]any{"sessionId": p.SessionID, "lastSequence": last, "resumeAfter": from}, nil))
+			if b := jsonrpc.Reply(req, map[string]any{"sessionId": p.SessionID, "lastSequence": last, "resumeAfter": from}, nil); b != nil { // nil: a notification
+				wc.enqueue(ctx, b)
+			}
 			started <- nil
 		}, func(seq uint64, env *macpv1.Envelope, c *feedCharge) error {
 			b, err := wc.s.encodeFeed(ctx, seq, env, view)

@@ -119,7 +119,9 @@ func (pc *protoConn) attachHere(req *jsonrpc.Request, sid string, after uint64, 
 		pc.mu.Unlock()
 		res := result(catchup, from)
 		if pc.deferReply {
-			pc.sink.enqueue(pc.sink.connCtx(), jsonrpc.Reply(req, res, nil))
+			if b := jsonrpc.Reply(req, res, nil); b != nil { // nil: a notification gets no response
+				pc.sink.enqueue(pc.sink.connCtx(), b)
+			}
 			res = jsonrpc.Deferred
 		}
 		started <- outcome{res: res}
