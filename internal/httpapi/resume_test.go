@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -772,5 +775,75 @@ func TestProtocolJSONRPCStrict(t *testing.T) {
 	}
 	if seq, _ := h.nextEnvelopeBytes(); seq != 1 { // it acted
 		t.Fatalf("HTTP notification attached at %d", seq)
+	}
+}
+
+// TestProtocolMixedModeCursors: a transport-mode cursor (Last-Event-ID,
+// after_sequence, after) on a protocol-mode route is refused whole,
+// including on the WebSocket upgrade (before: the upgrade with
+// Last-Event-ID was accepted and so was POST /macp/rpc?after_sequence=1
+// carrying session/resume); two Last-Event-ID headers on SSE are refused.
+func TestProtocolMixedModeCursors(t *testing.T) {
+	e := startApp(t, testConfig())
+	sid := e.startSession(t, "coord", "alice")
+	h := e.hdial(t, "alice")
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"session/resume","params":{"sessionId":"` + sid + `"}}`)
+	for _, c := range []struct {
+		path string
+		hdr  []string
+	}{
+		{"/macp/rpc?after_sequence=1", nil},
+		{"/macp/rpc?after=1", nil},
+		{"/macp/rpc", []string{"Last-Event-ID", ""}},
+		{"/macp/rpc", []string{"Last-Event-ID", "1"}},
+	} {
+		code, b := e.do(t, "POST", c.path, "alice", "application/json", body, append([]string{"X-MACP-RPC-Stream", h.key}, c.hdr...)...)
+		if code != 400 || macpError(t, b).Code != "INVALID_ENVELOPE" {
+			t.Fatalf("POST %s %v: %d %s", c.path, c.hdr, code, b)
+		}
+	}
+	if code, b := e.do(t, "GET", "/macp/rpc/stream?after_sequence=0", "alice", "", nil); code != 400 || macpError(t, b).Code != "INVALID_ENVELOPE" {
+		t.Fatalf("stream with after_sequence: %d %s", code, b)
+	}
+	// Nothing was attached by the refused requests.
+	if _, m := h.call("session/get", map[string]any{"sessionId": sid}); m.Error != nil {
+		t.Fatal(m.Error)
+	}
+	// The WebSocket upgrade with a cursor is closed with the MACP code.
+	for _, c := range []struct {
+		q   string
+		hdr http.Header
+	}{
+		{"", http.Header{"Last-Event-ID": {"1"}}},
+		{"?after_sequence=1", nil},
+		{"?after=0", nil},
+	} {
+		hdr := http.Header{"Authorization": {"Bearer alice"}}
+		for k, v := range c.hdr {
+			hdr[k] = v
+		}
+		conn, _, err := websocket.Dial(context.Background(), "ws://"+e.a.HTTPAddr()+"/macp/ws"+c.q, &websocket.DialOptions{HTTPHeader: hdr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = wsCall(conn, 1, "session/resume", map[string]any{"sessionId": sid})
+		_, err = wsRead(conn)
+		if websocket.CloseStatus(err) == -1 || !strings.Contains(err.Error(), "INVALID_ENVELOPE") {
+			t.Fatalf("upgrade %s %v: %v", c.q, c.hdr, err)
+		}
+	}
+	// SSE: two Last-Event-ID headers.
+	req, _ := http.NewRequest("GET", e.base+"/macp/session/"+sid+"/events", nil)
+	req.Header.Set("Authorization", "Bearer alice")
+	req.Header.Add("Last-Event-ID", "1")
+	req.Header.Add("Last-Event-ID", "0")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || macpError(t, b).Code != "INVALID_ENVELOPE" {
+		t.Fatalf("two Last-Event-ID headers: %d %s", resp.StatusCode, b)
 	}
 }

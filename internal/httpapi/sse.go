@@ -24,13 +24,17 @@ const sseRetryMs = 2000
 const sseKeepBuffer = 64 << 10
 
 // sseCursor reads the resume point: Last-Event-ID (sent by a reconnecting
-// EventSource) or ?after_sequence=; both, and different, is an error.
+// EventSource) or ?after_sequence=; both, and different, is an error, and
+// so is a repeated Last-Event-ID header.
 func sseCursor(r *http.Request) (uint64, *coord.Error) {
 	q, qok, cerr := queryValue(r.URL.Query(), "after_sequence")
 	if cerr != nil {
 		return 0, cerr
 	}
 	h, hok := r.Header.Get("Last-Event-ID"), len(r.Header.Values("Last-Event-ID")) > 0
+	if len(r.Header.Values("Last-Event-ID")) > 1 {
+		return 0, coord.Errorf(coord.CodeInvalidEnvelope, "the Last-Event-ID header is repeated; send it once")
+	}
 	var a, b uint64
 	if qok {
 		if a, cerr = parseSeq("after_sequence", q); cerr != nil {

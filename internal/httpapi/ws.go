@@ -102,6 +102,12 @@ func (s *Server) websocket(w http.ResponseWriter, r *http.Request) {
 		closeWith(c, authErr)
 		return
 	}
+	// The connection may carry protocol mode (session/*): a transport-mode
+	// cursor on the upgrade would mix the two in one attempt.
+	if what := transportCursor(r); what != "" {
+		closeWith(c, mixedModeCursorError("/macp/ws", what))
+		return
+	}
 	release, cerr := s.acquireStream(id, "")
 	if cerr != nil {
 		closeWith(c, cerr)
