@@ -18,6 +18,8 @@ import (
 	"github.com/coder/websocket"
 	"github.com/google/uuid"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/wire"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -845,5 +847,64 @@ func TestProtocolMixedModeCursors(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 400 || macpError(t, b).Code != "INVALID_ENVELOPE" {
 		t.Fatalf("two Last-Event-ID headers: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestServerMintedSessionIDs: a SessionStart without session_id gets a
+// server-minted id (128 CSPRNG bits, the spec's format) on session/start,
+// POST /macp/session/start and gRPC Send, returned in the Ack/result
+// (before: INVALID_ENVELOPE). A client-chosen id still works.
+func TestServerMintedSessionIDs(t *testing.T) {
+	e := startApp(t, testConfig())
+	noID := strings.Replace(startJSON("", "alice"), `"session_id":"",`, "", 1)
+	seen := map[string]bool{}
+	check := func(via, sid string) {
+		t.Helper()
+		if !coord.ValidSessionID(sid) || len(sid) != 22 || seen[sid] {
+			t.Fatalf("%s minted %q", via, sid)
+		}
+		seen[sid] = true
+		md, err := e.c.GetSession(as("coord"), &macpv1.GetSessionRequest{SessionId: sid})
+		if err != nil || md.GetMetadata().GetInitiator() != "coord" {
+			t.Fatalf("%s: session %s: %v %v", via, sid, md, err)
+		}
+	}
+	// JSON-RPC session/start: the result and the ack name it, and the
+	// connection is attached to it.
+	c := e.pdial(t, "coord")
+	m := c.call("session/start", map[string]any{"envelope": json.RawMessage(noID)})
+	var sr struct {
+		SessionID string          `json:"sessionId"`
+		Ack       json.RawMessage `json:"ack"`
+	}
+	ack := &macpv1.Ack{}
+	if m.Error != nil || json.Unmarshal(m.Result, &sr) != nil || protojson.Unmarshal(sr.Ack, ack) != nil || !ack.Ok || ack.SessionId != sr.SessionID {
+		t.Fatalf("session/start without session_id: %+v %s", m.Error, m.Result)
+	}
+	check("session/start", sr.SessionID)
+	if seq, _ := c.nextEnvelope(sr.SessionID); seq != 1 {
+		t.Fatalf("attached at %d", seq)
+	}
+	// POST /macp/session/start.
+	code, b := e.do(t, "POST", "/macp/session/start", "coord", "application/json", []byte(strings.Replace(startJSON("", "alice"), `"session_id":"",`, "", 1)))
+	if code != 200 || protojson.Unmarshal(b, ack) != nil || !ack.Ok {
+		t.Fatalf("POST /macp/session/start without session_id: %d %s", code, b)
+	}
+	check("POST /macp/session/start", ack.SessionId)
+	// gRPC Send.
+	env, cerr := wire.DecodeEnvelope([]byte(strings.Replace(startJSON("", "alice"), `"session_id":"",`, "", 1)))
+	if cerr != nil {
+		t.Fatal(cerr)
+	}
+	r, err := e.c.Send(as("coord"), &macpv1.SendRequest{Envelope: env})
+	if err != nil || !r.GetAck().GetOk() {
+		t.Fatalf("gRPC Send without session_id: %v %v", r, err)
+	}
+	check("gRPC Send", r.GetAck().GetSessionId())
+	// A client-chosen id is kept.
+	sid := uuid.NewString()
+	e.mustAck(t, "/macp/session/start", "coord", startJSON(sid, "alice"))
+	if _, err := e.c.GetSession(as("coord"), &macpv1.GetSessionRequest{SessionId: sid}); err != nil {
+		t.Fatal(err)
 	}
 }
