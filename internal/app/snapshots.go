@@ -18,8 +18,8 @@ import (
 // durable and Enqueue never blocks, so the acceptance path never waits
 // for a snapshot.
 type snapshots struct {
-	svc    *snapshot.Service
-	writer *snapshot.Writer // nil without MACP_SNAPSHOT_DIR
+	svc     *snapshot.Service
+	writer  *snapshot.Writer // nil without MACP_SNAPSHOT_DIR
 	cancel  context.CancelFunc
 	done    chan struct{} // the writer's feed
 	idxDone chan struct{} // the decay index feed (feedIndex)
