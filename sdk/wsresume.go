@@ -44,6 +44,10 @@ type ResumeEvent struct {
 // ErrSuperseded is returned by [ResumeStream.Next] when the same caller
 // attached to the session on another connection (one active attachment
 // per caller and session); the stream does not reconnect.
+// ErrSuperseded ends a follow for good: the same caller attached to the
+// session elsewhere (session/resume or session/start), which makes that
+// connection the only active one. DialResume and Subscribe return it (Subscribe
+// wrapped, with the runtime's message) and do not reconnect.
 var ErrSuperseded = errors.New("macp: superseded by another attachment of the same caller")
 
 // ResumeStream follows one session in protocol mode (session/resume over

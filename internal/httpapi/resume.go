@@ -102,7 +102,7 @@ func (r *attachments) put(a *attachment) {
 	r.mu.Unlock()
 	if prev != nil && prev != a {
 		prev.mu.Lock()
-		prev.reason = "superseded: the same caller attached to this session on another connection"
+		prev.reason = supersededReason
 		prev.mu.Unlock()
 		prev.cancel()
 	}
@@ -117,6 +117,11 @@ func (r *attachments) remove(a *attachment) {
 }
 
 var errRestart = errors.New("restart from the current end")
+
+// supersededReason is the reason of every follow ended because the same
+// caller attached to the session elsewhere; clients recognise the prefix
+// "superseded:" as final (sdk.SupersededPrefix).
+const supersededReason = "superseded: the same caller resumed this session on another connection (session/resume or session/start); do not reconnect"
 
 // attach starts delivering session sid to sink after `after` (catch-up
 // within the replay window, else none of the missed envelopes). stateSeen:

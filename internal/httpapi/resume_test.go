@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -20,6 +21,7 @@ import (
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/wire"
+	"github.com/macpd/macpd/sdk"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -906,5 +908,90 @@ func TestServerMintedSessionIDs(t *testing.T) {
 	e.mustAck(t, "/macp/session/start", "coord", startJSON(sid, "alice"))
 	if _, err := e.c.GetSession(as("coord"), &macpv1.GetSessionRequest{SessionId: sid}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestResumeOnlyActiveConnection: session/resume makes its connection the
+// only active one of that identity and session on every transport that
+// holds a follow: the same identity's SSE follow ends with a final
+// "superseded" event, its WebSocket macp/subscribe with
+// notifications/macp/detached, its protocol attachment likewise, and its
+// SDK Subscribe (gRPC) returns sdk.ErrSuperseded without reconnecting
+// (before: SSE and macp/subscribe kept receiving, and the SDK reconnected
+// on ABORTED). Another identity's follows are untouched.
+func TestResumeOnlyActiveConnection(t *testing.T) {
+	e := startApp(t, testConfig())
+	sid := e.startSession(t, "coord", "alice", "bob")
+	sse := e.openSSE(t, "alice", sid, 0, nil)
+	bobSSE := e.openSSE(t, "bob", sid, 0, nil)
+	if _, _, _, err := sse.event(); err != nil { // the SessionStart: the follow is started
+		t.Fatal(err)
+	}
+	ws := e.pdial(t, "alice")
+	if m := ws.call("macp/subscribe", map[string]any{"sessionId": sid}); m.Error != nil {
+		t.Fatal(m.Error)
+	}
+	proto := e.pdial(t, "alice")
+	proto.resume(sid, 1)
+	reconnects := 0
+	sub := e.sdkClient(t, "alice").Subscribe(context.Background(), sid, 0,
+		sdk.WithReconnectBackoff(time.Millisecond, 10*time.Millisecond), sdk.WithReconnectHook(func(int, error) { reconnects++ }))
+	defer sub.Close()
+	if _, err := sub.Next(); err != nil { // started
+		t.Fatal(err)
+	}
+
+	last := e.pdial(t, "alice")
+	last.resume(sid, 1) // the only active connection from now on
+
+	for {
+		_, typ, data, err := sse.event()
+		if err != nil {
+			t.Fatalf("SSE ended without the superseded event: %v", err)
+		}
+		if typ == "superseded" {
+			if !strings.Contains(data, `"reason":"superseded:`) {
+				t.Fatalf("superseded event %s", data)
+			}
+			break
+		}
+	}
+	if _, _, _, err := sse.event(); err == nil {
+		t.Fatal("the SSE response went on after the superseded event")
+	}
+	for _, p := range []*pconn{ws, proto} {
+		for {
+			m := p.notif()
+			if m.Method == "notifications/macp/detached" {
+				if r := params(t, m).Reason; !strings.HasPrefix(r, sdk.SupersededPrefix) {
+					t.Fatalf("detached reason %q", r)
+				}
+				break
+			}
+		}
+	}
+	for {
+		_, err := sub.Next()
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, sdk.ErrSuperseded) || reconnects != 0 {
+			t.Fatalf("SDK Subscribe ended with %v after %d reconnects", err, reconnects)
+		}
+		break
+	}
+	// Bob's follow, and the new attachment, still receive.
+	e.mustAck(t, "/macp/envelope", "coord", proposalJSON(sid, uuid.NewString(), "x"))
+	if seq, _ := last.nextEnvelope(sid); seq != 2 {
+		t.Fatalf("the resumed attachment got %d", seq)
+	}
+	for {
+		id, typ, _, err := bobSSE.event()
+		if err != nil || typ != "" {
+			t.Fatalf("bob's SSE: %s %v", typ, err)
+		}
+		if id == "2" {
+			break
+		}
 	}
 }
