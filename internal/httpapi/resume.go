@@ -140,6 +140,7 @@ func (s *Server) attach(sink rpcSink, sid string, after uint64, stateSeen bool, 
 		fw := s.newFeedWindow() // feedwindow.go
 		defer fw.end()
 		started, outside, registered := false, false, false
+		untrack := func() {}
 		var startLast uint64
 		// sendState sends the session's state as of record `at`, the last
 		// record this attachment delivered, labelled with the state event
@@ -215,9 +216,17 @@ func (s *Server) attach(sink rpcSink, sid string, after uint64, stateSeen bool, 
 			a.last = from
 			a.mu.Unlock()
 			s.attached.put(a)
-			// ... and on gRPC: the caller's StreamSession follows of sid
-			// end (runtime/attach.go).
+			// ... and the caller's other follows of sid end: gRPC, SSE,
+			// macp/subscribe, here and on the other nodes of a cluster
+			// (runtime/attach.go). Then this attachment is tracked, so that
+			// a later resume elsewhere (another node too) ends it.
 			s.rt.Attachments().Supersede(id.Sender, sid)
+			untrack = s.rt.Attachments().Track(id.Sender, sid, func() {
+				a.mu.Lock()
+				a.reason = supersededReason
+				a.mu.Unlock()
+				a.cancel()
+			})
 			registered = true
 			onStart(a, catchup, from)
 			// The latest state follows the response even when nothing
@@ -237,6 +246,7 @@ func (s *Server) attach(sink rpcSink, sid string, after uint64, stateSeen bool, 
 		}
 		if registered {
 			s.attached.remove(a)
+			untrack()
 		}
 		a.mu.Lock()
 		reason := a.reason

@@ -995,3 +995,29 @@ func TestResumeOnlyActiveConnection(t *testing.T) {
 		}
 	}
 }
+
+// A notice from another node of a cluster (runtime Attachments.
+// SupersedeLocal, what internal/cluster calls) ends a protocol-mode
+// attachment here with notifications/macp/detached: protocol attachments
+// are tracked like every other follow.
+func TestProtocolAttachmentSupersededByNotice(t *testing.T) {
+	e := startApp(t, testConfig())
+	sid := e.startSession(t, "coord", "alice")
+	p := e.pdial(t, "alice")
+	p.resume(sid, 1)
+	if n := e.a.Runtime().Attachments().SupersedeLocal("alice", sid); n != 1 {
+		t.Fatalf("%d tracked follows ended, want 1", n)
+	}
+	for {
+		m := p.notif()
+		if m.Method == "notifications/macp/detached" {
+			if r := params(t, m).Reason; !strings.HasPrefix(r, sdk.SupersededPrefix) {
+				t.Fatalf("reason %q", r)
+			}
+			return
+		}
+		if m.Method != "notifications/macp/session" {
+			t.Fatalf("unexpected %s", m.Method)
+		}
+	}
+}
