@@ -141,6 +141,34 @@ func (f *rpcFrame) err() error {
 	return fmt.Errorf("macp: JSON-RPC error %d: %s", f.Error.Code, f.Error.Message)
 }
 
+// readRest subscribes c in transport mode (macp/subscribe) after the
+// cursor, for a session that ended: Next then delivers its remaining
+// envelopes and the end.
+func (s *ResumeStream) readRest(c *websocket.Conn) (final error, retry error) {
+	req, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 2, "method": "macp/subscribe",
+		"params": map[string]any{"sessionId": s.sid, "afterSequence": s.last.Load()}})
+	if err := c.Write(s.ctx, websocket.MessageText, req); err != nil {
+		_ = c.CloseNow()
+		return nil, err
+	}
+	_, b, err := c.Read(s.ctx)
+	if err != nil {
+		_ = c.CloseNow()
+		return nil, err
+	}
+	var f rpcFrame
+	if err := json.Unmarshal(b, &f); err != nil || string(f.ID) != "2" {
+		_ = c.CloseNow()
+		return fmt.Errorf("macp: unexpected answer to macp/subscribe: %s", b), nil
+	}
+	if f.Error != nil {
+		_ = c.CloseNow()
+		return f.err(), nil
+	}
+	s.conn = c
+	return nil, nil
+}
+
 // connect opens a connection and resumes; a refusal (a MACP error) is
 // final, anything else is retried by Next.
 func (s *ResumeStream) connect() (final error, retry error) {
@@ -170,6 +198,13 @@ func (s *ResumeStream) connect() (final error, retry error) {
 		return fmt.Errorf("macp: unexpected answer to session/resume: %s", b), nil
 	}
 	if f.Error != nil {
+		if err := f.err(); CodeOf(err) == CodeSessionNotOpen {
+			// The session has ended (docs/resume.md "Ended sessions"): it
+			// cannot be resumed, but what is left of its history after
+			// the cursor is read in transport mode on this connection,
+			// and then notifications/macp/end ends the stream (io.EOF).
+			return s.readRest(c)
+		}
 		_ = c.CloseNow()
 		return f.err(), nil
 	}
