@@ -37,9 +37,11 @@ import (
 // the cursor of every transport (gRPC after_sequence, SSE Last-Event-ID,
 // WebSocket macp/subscribe afterSequence).
 //
-// One active attachment per caller and session: a new attachment of the
-// same identity (on any connection of this listener) ends the previous
-// one, which receives notifications/macp/detached and nothing more.
+// One active connection per caller and session: a new attachment of the
+// same identity ends its previous one (notifications/macp/detached, then
+// nothing more) and its other follows of the session (gRPC, SSE,
+// macp/subscribe), on this node and, in a cluster, on the others
+// (runtime/attach.go).
 
 const (
 	rpcSession  = "notifications/macp/session"
