@@ -3,10 +3,12 @@ package sdk
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"iter"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -258,6 +260,13 @@ func (s *Subscription) retryOrFail(err error) {
 		s.err = s.ctx.Err()
 		return
 	}
+	if superseded(err) {
+		// Final: the same caller resumed this session elsewhere
+		// (docs/resume.md "One active connection"); reconnecting would
+		// take it back.
+		s.err = fmt.Errorf("%w: %v", ErrSuperseded, err)
+		return
+	}
 	if !transient(err) || (s.opts.maxAttempts > 0 && s.failures >= s.opts.maxAttempts) {
 		s.err = convert(err)
 		return
@@ -284,6 +293,19 @@ func (s *Subscription) retryOrFail(err error) {
 		s.err = s.ctx.Err()
 	}
 }
+
+// superseded reports whether a follow ended because a session/resume (or
+// session/start) of the same caller made another connection the only
+// active one: ABORTED with a message beginning "superseded:".
+func superseded(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.Aborted && strings.HasPrefix(st.Message(), SupersededPrefix)
+}
+
+// SupersededPrefix begins the message of every end by supersession: a
+// gRPC follow's ABORTED status, and the reason of SSE's "superseded"
+// event and of notifications/macp/detached.
+const SupersededPrefix = "superseded:"
 
 // transient reports whether a stream failure is worth a resubscription:
 // a transport failure rather than a refusal by the runtime.

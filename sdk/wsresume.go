@@ -8,6 +8,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +44,10 @@ type ResumeEvent struct {
 // ErrSuperseded is returned by [ResumeStream.Next] when the same caller
 // attached to the session on another connection (one active attachment
 // per caller and session); the stream does not reconnect.
+// ErrSuperseded ends a follow for good: the same caller attached to the
+// session elsewhere (session/resume or session/start), which makes that
+// connection the only active one. DialResume and Subscribe return it (Subscribe
+// wrapped, with the runtime's message) and do not reconnect.
 var ErrSuperseded = errors.New("macp: superseded by another attachment of the same caller")
 
 // ResumeStream follows one session in protocol mode (session/resume over
@@ -135,6 +141,34 @@ func (f *rpcFrame) err() error {
 	return fmt.Errorf("macp: JSON-RPC error %d: %s", f.Error.Code, f.Error.Message)
 }
 
+// readRest subscribes c in transport mode (macp/subscribe) after the
+// cursor, for a session that ended: Next then delivers its remaining
+// envelopes and the end.
+func (s *ResumeStream) readRest(c *websocket.Conn) (final error, retry error) {
+	req, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 2, "method": "macp/subscribe",
+		"params": map[string]any{"sessionId": s.sid, "afterSequence": s.last.Load()}})
+	if err := c.Write(s.ctx, websocket.MessageText, req); err != nil {
+		_ = c.CloseNow()
+		return nil, err
+	}
+	_, b, err := c.Read(s.ctx)
+	if err != nil {
+		_ = c.CloseNow()
+		return nil, err
+	}
+	var f rpcFrame
+	if err := json.Unmarshal(b, &f); err != nil || string(f.ID) != "2" {
+		_ = c.CloseNow()
+		return fmt.Errorf("macp: unexpected answer to macp/subscribe: %s", b), nil
+	}
+	if f.Error != nil {
+		_ = c.CloseNow()
+		return f.err(), nil
+	}
+	s.conn = c
+	return nil, nil
+}
+
 // connect opens a connection and resumes; a refusal (a MACP error) is
 // final, anything else is retried by Next.
 func (s *ResumeStream) connect() (final error, retry error) {
@@ -164,6 +198,13 @@ func (s *ResumeStream) connect() (final error, retry error) {
 		return fmt.Errorf("macp: unexpected answer to session/resume: %s", b), nil
 	}
 	if f.Error != nil {
+		if err := f.err(); CodeOf(err) == CodeSessionNotOpen {
+			// The session has ended (docs/resume.md "Ended sessions"): it
+			// cannot be resumed, but what is left of its history after
+			// the cursor is read in transport mode on this connection,
+			// and then notifications/macp/end ends the stream (io.EOF).
+			return s.readRest(c)
+		}
 		_ = c.CloseNow()
 		return f.err(), nil
 	}
@@ -241,8 +282,10 @@ func (s *ResumeStream) Next() (ResumeEvent, error) {
 			return ResumeEvent{}, fmt.Errorf("macp: not JSON-RPC: %s", b)
 		}
 		var p struct {
-			SessionID      string          `json:"sessionId"`
-			SessionEventID uint64          `json:"sessionEventId"`
+			SessionID string `json:"sessionId"`
+			// N for envelopes, N.5 for state notifications (the state
+			// after envelope N); only envelopes move the cursor.
+			SessionEventID eventID         `json:"sessionEventId"`
 			Envelope       json.RawMessage `json:"envelope"`
 			Metadata       json.RawMessage `json:"metadata"`
 			Error          json.RawMessage `json:"error"`
@@ -252,15 +295,16 @@ func (s *ResumeStream) Next() (ResumeEvent, error) {
 		}
 		switch f.Method {
 		case "notifications/macp/envelope":
-			if p.SessionEventID <= s.last.Load() {
+			seq := uint64(p.SessionEventID)
+			if seq <= s.last.Load() {
 				continue // never twice
 			}
 			env := &macpv1.Envelope{}
 			if err := protojson.Unmarshal(p.Envelope, env); err != nil {
-				return ResumeEvent{}, fmt.Errorf("macp: envelope %d: %v", p.SessionEventID, err)
+				return ResumeEvent{}, fmt.Errorf("macp: envelope %d: %v", seq, err)
 			}
-			s.last.Store(p.SessionEventID)
-			return ResumeEvent{Kind: KindEnvelope, Seq: p.SessionEventID, Envelope: env}, nil
+			s.last.Store(seq)
+			return ResumeEvent{Kind: KindEnvelope, Seq: seq, Envelope: env}, nil
 		case "notifications/macp/session":
 			md := &macpv1.SessionMetadata{}
 			if err := protojson.Unmarshal(p.Metadata, md); err != nil {
@@ -288,4 +332,18 @@ func (s *ResumeStream) Next() (ResumeEvent, error) {
 			s.failures = 1
 		}
 	}
+}
+
+// eventID decodes a sessionEventId: N (an envelope) or N.5 (a state
+// notification, the state after envelope N); it holds N.
+type eventID uint64
+
+func (e *eventID) UnmarshalJSON(b []byte) error {
+	v := strings.Trim(string(b), `"`)
+	n, err := strconv.ParseUint(strings.TrimSuffix(v, ".5"), 10, 64)
+	if err != nil {
+		return fmt.Errorf("sessionEventId %s: %v", b, err)
+	}
+	*e = eventID(n)
+	return nil
 }

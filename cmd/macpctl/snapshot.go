@@ -20,7 +20,7 @@ import (
 
 func init() {
 	commands = append(commands, cmd(
-		"snapshot", "SESSION_ID [--payload] [--profile strict] [--decay-runs N] [--data-dir DIR]",
+		"snapshot", "SESSION_ID [--payload] [--profile strict] [--decay-runs N] [--data-dir DIR [--as IDENTITY | --observer]]",
 		"print a session's session_state_window_v1 report (or with --payload its snapshot payload): "+
 			"from a running runtime (GetSession + a passive StreamSession), or offline from --data-dir",
 		(*cli).snapshot,
@@ -73,6 +73,8 @@ func (c *cli) snapshot(args []string) error {
 	profile := c.FS.String("profile", "default", "privacy profile: default (payload hashes) or strict (none)")
 	decay := c.FS.Int("decay-runs", 0, "a cross_session_decay window over this many subsequent sessions (0: session window)")
 	dataDir := c.FS.String("data-dir", "", "read this data directory offline instead of a running runtime (stop macpd first)")
+	as := c.FS.String("as", "", "offline --decay-runs: the identity the window is for (its candidates are the sessions it may observe, as online)")
+	observer := c.FS.Bool("observer", false, "offline --decay-runs: compute the window for an observer identity (every session is a candidate)")
 	pos, err := c.Parse(args, 1)
 	if err != nil {
 		return err
@@ -84,10 +86,13 @@ func (c *cli) snapshot(args []string) error {
 	if *decay < 0 {
 		return clikit.Usagef("--decay-runs must not be negative")
 	}
+	if *dataDir != "" && *decay > 0 && (*as == "") == !*observer {
+		return clikit.Usagef("offline --decay-runs needs exactly one of --as IDENTITY and --observer: the window lists the sessions that identity may observe")
+	}
 	o := snapshot.Options{EventSource: *keys.eventSource, ServerID: *keys.serverID, Profile: prof, DecayRuns: *decay}
 	var in snapshot.Input
 	if *dataDir != "" {
-		in, o.Subsequent, err = c.offlineInput(*dataDir, pos[0], *decay)
+		in, o.Subsequent, err = c.offlineInput(*dataDir, pos[0], *decay, snapshot.Viewer{Sender: *as, Observer: *observer})
 	} else {
 		err = c.Call(func(ctx context.Context, cl *sdk.Client) error {
 			var err error
@@ -116,7 +121,7 @@ func (c *cli) snapshot(args []string) error {
 	return err
 }
 
-func (c *cli) offlineInput(dir, sessionID string, decay int) (snapshot.Input, []string, error) {
+func (c *cli) offlineInput(dir, sessionID string, decay int, v snapshot.Viewer) (snapshot.Input, []string, error) {
 	st, modes, err := c.openDataDir(dir)
 	if err != nil {
 		return snapshot.Input{}, nil, err
@@ -140,7 +145,7 @@ func (c *cli) offlineInput(dir, sessionID string, decay int) (snapshot.Input, []
 		if err != nil {
 			return snapshot.Input{}, nil, err
 		}
-		sub = snapshot.Subsequent(starts, sessionID, decay)
+		sub = snapshot.Subsequent(starts, sessionID, decay, v)
 	}
 	return in, sub, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -72,7 +73,7 @@ func TestSnapshotOnlineOfflineFilesReplay(t *testing.T) {
 	m := obj(t, rep)
 	wantField(t, m, "assay://macpd-test", "session", "event_source")
 	wantField(t, m, "eu-1", "session", "server_id")
-	wantField(t, m, resolved, "session", "session_id")
+	wantField(t, m, string(snapshot.Opaque("assay://macpd-test", "eu-1", resolved)), "session", "session_id")
 	id := field(m, "snapshot", "state_snapshot_id").(string)
 	if !snapshot.ValidHash(id) || field(m, "snapshot", "contents_ref") != id {
 		t.Fatalf("report %s", rep)
@@ -84,7 +85,7 @@ func TestSnapshotOnlineOfflineFilesReplay(t *testing.T) {
 	p := obj(t, payload)
 	wantField(t, p, "RESOLVED", "state")
 	wantField(t, p, "commitment", "outcome", "ended_by")
-	wantField(t, p, "decision.selected", "outcome", "action")
+	wantField(t, p, string(snapshot.Opaque("assay://macpd-test", "eu-1", "decision.selected")), "outcome", "action")
 	wantField(t, p, float64(4), "accepted_count")
 	if strings.Contains(payload, "pick a database") || strings.Contains(payload, "boring") {
 		t.Fatalf("payload holds text: %s", payload)
@@ -121,7 +122,11 @@ func TestSnapshotOnlineOfflineFilesReplay(t *testing.T) {
 	}
 	for _, sid := range []string{resolved, cancelled, open} {
 		for _, v := range variants {
-			res := r.ok(append([]string{"snapshot", sid, "--data-dir", dir}, v...)...)
+			args := []string{"snapshot", sid, "--data-dir", dir}
+			if slices.Contains(v, "--decay-runs") {
+				args = append(args, "--as", "coord") // the online caller
+			}
+			res := r.ok(append(args, v...)...)
 			if res.out != online[sid+strings.Join(v, " ")] {
 				t.Errorf("%s %v: offline\n%s\nonline\n%s", sid, v, res.out, online[sid+strings.Join(v, " ")])
 			}

@@ -57,6 +57,11 @@ func (c *cli) tail(args []string) error {
 			if c.Ctx.Err() != nil {
 				return nil // interrupted
 			}
+			if errors.Is(err, sdk.ErrSuperseded) {
+				// Final, not retried: this identity resumed the session on
+				// another connection (docs/resume.md).
+				return fmt.Errorf("tail: stopped after sequence %d: %w", sub.Last(), err)
+			}
 			return err
 		}
 		b, err := json.Marshal(tailLine{Seq: ev.Seq, Envelope: wire.Canonical(ev.Envelope)})

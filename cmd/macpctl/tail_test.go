@@ -86,3 +86,29 @@ func TestTail(t *testing.T) {
 		t.Fatalf("--after 2: %q", res.out)
 	}
 }
+
+// A session/resume of the same identity elsewhere supersedes tail's
+// follow (the runtime's Attachments.Supersede, what session/resume
+// calls): tail stops with an error naming where it stopped and does not
+// reconnect (before: ABORTED was retried at once).
+func TestTailStopsWhenSuperseded(t *testing.T) {
+	a := startApp(t)
+	r := runner{t: t, env: map[string]string{"MACP_ADDR": a.Addr(), "MACP_ALLOW_INSECURE": "1"}}
+	sid := r.ok("start", "--agent", "coord", "--participants", "coord,alice", "--ttl", "5m").lines()[0]
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(context.Background(), []string{"tail", sid, "--agent", "alice"}, func(k string) string { return r.env[k] }, &out, &errOut)
+	}()
+	waitFor(t, func() bool { return strings.Count(out.String(), "\n") >= 1 && a.Runtime().Attachments().Tracked("alice", sid) == 1 })
+	a.Runtime().Attachments().Supersede("alice", sid)
+	select {
+	case code := <-done:
+		if code == 0 || !strings.Contains(errOut.String(), "stopped after sequence 1") || !strings.Contains(errOut.String(), "superseded") ||
+			strings.Contains(errOut.String(), "reconnecting") {
+			t.Fatalf("tail exited %d: %s", code, errOut.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("tail did not stop: %s", errOut.String())
+	}
+}

@@ -18,10 +18,11 @@ import (
 // durable and Enqueue never blocks, so the acceptance path never waits
 // for a snapshot.
 type snapshots struct {
-	svc    *snapshot.Service
-	writer *snapshot.Writer // nil without MACP_SNAPSHOT_DIR
-	cancel context.CancelFunc
-	done   chan struct{}
+	svc     *snapshot.Service
+	writer  *snapshot.Writer // nil without MACP_SNAPSHOT_DIR
+	cancel  context.CancelFunc
+	done    chan struct{} // the writer's feed
+	idxDone chan struct{} // the decay index feed (feedIndex)
 }
 
 func (a *App) newSnapshots() error {
@@ -38,15 +39,20 @@ func (a *App) newSnapshots() error {
 	return nil
 }
 
-// startSnapshots starts the writer and its feed (after the runtime
-// started).
+// startSnapshots starts the decay index feed, and the writer and its
+// feed (after the runtime started).
 func (a *App) startSnapshots() {
 	s := a.snap
-	if s == nil || s.writer == nil {
+	if s == nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel, s.done = cancel, make(chan struct{})
+	s.cancel, s.idxDone = cancel, make(chan struct{})
+	go a.feedIndex(ctx)
+	if s.writer == nil {
+		return
+	}
+	s.done = make(chan struct{})
 	go s.writer.Run(ctx)
 	go func() {
 		defer close(s.done)
@@ -64,6 +70,43 @@ func (a *App) startSnapshots() {
 		}
 	}()
 	a.log.Info("writing session snapshots", "dir", a.cfg.Snapshots.Dir)
+}
+
+// feedIndex keeps the snapshot service's index of SessionStarts by
+// initiator (cross_session_decay windows) current from the lifecycle
+// feed's CREATED events; a feed that fell behind invalidates the index,
+// which the next window rebuilds from the store.
+func (a *App) feedIndex(ctx context.Context) {
+	defer close(a.snap.idxDone)
+	created := func(ev runtime.LifecycleEvent) bool {
+		return ev.Type == macpv1.SessionLifecycleEvent_EVENT_TYPE_CREATED
+	}
+	for ctx.Err() == nil {
+		w := a.rt.Lifecycle.Watch(created)
+		func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-w.Done():
+					return
+				case <-w.Ready():
+					for {
+						ev, ok := w.Next()
+						if !ok {
+							break
+						}
+						md := ev.Session
+						a.snap.svc.NoteStart(snapshot.Start{SessionID: md.GetSessionId(), Initiator: md.GetInitiator(), Participants: md.GetParticipants(), AcceptedAtMs: md.GetStartedAtUnixMs()})
+					}
+				}
+			}
+		}()
+		a.rt.Lifecycle.Unwatch(w)
+		if w.Overflowed() {
+			a.snap.svc.InvalidateIndex()
+		}
+	}
 }
 
 func (a *App) feedWriter(ctx context.Context, w *runtime.LifecycleWatcher) {
@@ -85,16 +128,19 @@ func (a *App) feedWriter(ctx context.Context, w *runtime.LifecycleWatcher) {
 	}
 }
 
-// stopSnapshots stops the feed and drains the writer (before the runtime
+// stopSnapshots stops the feeds and drains the writer (before the runtime
 // and the store close).
 func (a *App) stopSnapshots() {
 	s := a.snap
-	if s == nil || s.writer == nil || s.cancel == nil {
+	if s == nil || s.cancel == nil {
 		return
 	}
 	s.cancel()
-	<-s.done
-	s.writer.Close()
+	<-s.idxDone
+	if s.writer != nil {
+		<-s.done
+		s.writer.Close()
+	}
 }
 
 // Snapshots is the snapshot service: reports and payloads of this
@@ -106,20 +152,30 @@ func (a *App) Snapshots() *snapshot.Service { return a.snap.svc }
 // its errors returned as they are), then the caller must be allowed to
 // read the session as for GetSession (initiator, declared participant,
 // observer: FORBIDDEN otherwise; SESSION_NOT_FOUND for an unknown one).
+// The caller's cross_session_decay windows list the sessions it may
+// observe, and each costs one unit of its rate limit (ChargeCall).
 // Mount it as a.Snapshots().Handler(a.SnapshotAuthorize(identify)).
 func (a *App) SnapshotAuthorize(identify func(*http.Request) (coord.Identity, error)) snapshot.Authorize {
-	return func(r *http.Request, sessionID string) error {
+	return func(r *http.Request, sessionID string) (snapshot.Caller, error) {
 		id, err := identify(r)
 		if err != nil {
-			return err
+			return snapshot.Caller{}, err
 		}
 		known, allowed := a.rt.MayRead(r.Context(), id, sessionID)
 		switch {
 		case !known:
-			return coord.Errorf(coord.CodeSessionNotFound, "session %s not found", sessionID)
+			return snapshot.Caller{}, coord.Errorf(coord.CodeSessionNotFound, "session %s not found", sessionID)
 		case !allowed:
-			return coord.Errorf(coord.CodeForbidden, "%s may not read session %s", id.Sender, sessionID)
+			return snapshot.Caller{}, coord.Errorf(coord.CodeForbidden, "%s may not read session %s", id.Sender, sessionID)
 		}
-		return nil
+		return snapshot.Caller{
+			Viewer: snapshot.Viewer{Sender: id.Sender, Observer: id.Caps.IsObserver},
+			Charge: func() error {
+				if cerr := a.rt.ChargeCall(id); cerr != nil {
+					return cerr
+				}
+				return nil
+			},
+		}, nil
 	}
 }

@@ -10,7 +10,10 @@
 //   - a watch on the meta key-value bucket reloads the extension-mode and
 //     policy registries (runtime.ReloadRegistries) when any node changes
 //     them, once when it starts, and again after a failed reload until one
-//     succeeds.
+//     succeeds;
+//   - a core NATS subject carries "one active connection" notices
+//     (runtime.Attachments): a session/resume on one node ends the same
+//     identity's follows of that session on every other node.
 //
 // Acceptance itself needs none of this: the store's per-session expected
 // sequence decides it (natsstore, runtime/cluster.go). The feed only keeps
@@ -20,11 +23,15 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/macpd/macpd/internal/runtime"
@@ -36,6 +43,21 @@ type Node struct {
 	cancel context.CancelFunc
 	cc     jetstream.ConsumeContext
 	wg     sync.WaitGroup
+	sup    *nats.Subscription
+	rt     *runtime.Runtime
+}
+
+// supersedeNotice is one node's Attachments.Supersede, for the others.
+type supersedeNotice struct {
+	Node    string `json:"node"`
+	Sender  string `json:"sender"`
+	Session string `json:"session"`
+}
+
+// supersedeSubject is the core NATS subject of the notices of the cluster
+// that shares st's history stream.
+func supersedeSubject(st *natsstore.Store) string {
+	return "macpd.attach.supersede." + st.StreamName()
 }
 
 // Start feeds rt with every message stored after stream sequence after
@@ -82,6 +104,32 @@ func Start(ctx context.Context, st *natsstore.Store, rt *runtime.Runtime, after 
 		cancel()
 		return nil, err
 	}
+	// One active connection per caller and session, cluster-wide: this
+	// node's Supersedes go to the others, theirs end follows here.
+	var nb [16]byte
+	_, _ = rand.Read(nb[:])
+	self := hex.EncodeToString(nb[:])
+	subject := supersedeSubject(st)
+	n.sup, err = st.Conn().Subscribe(subject, func(m *nats.Msg) {
+		var sn supersedeNotice
+		if json.Unmarshal(m.Data, &sn) != nil || sn.Node == self {
+			return
+		}
+		rt.Attachments().SupersedeLocal(sn.Sender, sn.Session)
+	})
+	if err != nil {
+		_ = w.Stop()
+		n.cc.Stop()
+		cancel()
+		return nil, err
+	}
+	n.rt = rt
+	rt.Attachments().SetPublish(func(sender, sessionID string) {
+		b, _ := json.Marshal(supersedeNotice{Node: self, Sender: sender, Session: sessionID})
+		if err := st.Conn().Publish(subject, b); err != nil {
+			log.Warn("the one-active-connection notice did not reach the other nodes", "session_id", sessionID, "err", err)
+		}
+	})
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -139,6 +187,8 @@ func reloadRetry(ctx context.Context, rt *runtime.Runtime, log *slog.Logger, fir
 
 // Stop ends the feed.
 func (n *Node) Stop() {
+	n.rt.Attachments().SetPublish(nil)
+	_ = n.sup.Unsubscribe()
 	n.cc.Stop()
 	n.cancel()
 	n.wg.Wait()

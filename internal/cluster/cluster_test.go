@@ -180,3 +180,43 @@ func waitPolicy(t *testing.T, e *env, i int, id string, want bool) {
 	}
 	t.Fatalf("node %d: policy %s registered = %v, want %v", i, id, !want, want)
 }
+
+// One active connection per caller and session across nodes (issue 27
+// item 2): a Supersede on node 1 (what session/resume calls) ends the same
+// identity's tracked follow of the session on node 0, over NATS; another
+// identity's follow, and another session's, stay. Before, the rule was
+// kept per process and node 0's follow stayed live.
+func TestSupersedeAcrossNodes(t *testing.T) {
+	e := newEnv(t, 3, 2)
+	sid, other := newSID(), newSID()
+	ended := make(chan string, 3)
+	a0 := e.node(0).Runtime().Attachments()
+	defer a0.Track(aliceID.Sender, sid, func() { ended <- "alice/sid" })()
+	defer a0.Track(bobID.Sender, sid, func() { ended <- "bob/sid" })()
+	defer a0.Track(aliceID.Sender, other, func() { ended <- "alice/other" })()
+	// The notice is core NATS: retry until node 0's subscription is live.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		e.node(1).Runtime().Attachments().Supersede(aliceID.Sender, sid)
+		select {
+		case got := <-ended:
+			if got != "alice/sid" {
+				t.Fatalf("ended %s", got)
+			}
+		case <-time.After(200 * time.Millisecond):
+			if time.Now().After(deadline) {
+				t.Fatal("node 0's follow was not superseded by node 1")
+			}
+			continue
+		}
+		break
+	}
+	select {
+	case got := <-ended:
+		t.Fatalf("also ended %s", got)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if n := a0.Tracked(bobID.Sender, sid) + a0.Tracked(aliceID.Sender, other); n != 2 {
+		t.Fatalf("%d unrelated follows left on node 0, want 2", n)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
@@ -28,7 +29,7 @@ import (
 // Notifications per attachment:
 //
 //	notifications/macp/envelope {"sessionId", "sessionEventId", "envelope"}  every accepted envelope, in order, never coalesced
-//	notifications/macp/session  {"sessionId", "sessionEventId", "metadata"}  the latest SessionMetadata; coalesced
+//	notifications/macp/session  {"sessionId", "sessionEventId": N.5, "metadata"}  the state after record N; coalesced
 //	notifications/macp/detached {"sessionId", "reason", "lastSessionEventId"} final: superseded by a newer attachment
 //	notifications/macp/end      {"sessionId", "lastSequence"}                 the session is terminal, all delivered
 //
@@ -36,9 +37,11 @@ import (
 // the cursor of every transport (gRPC after_sequence, SSE Last-Event-ID,
 // WebSocket macp/subscribe afterSequence).
 //
-// One active attachment per caller and session: a new attachment of the
-// same identity (on any connection of this listener) ends the previous
-// one, which receives notifications/macp/detached and nothing more.
+// One active connection per caller and session: a new attachment of the
+// same identity ends its previous one (notifications/macp/detached, then
+// nothing more) and its other follows of the session (gRPC, SSE,
+// macp/subscribe), on this node and, in a cluster, on the others
+// (runtime/attach.go).
 
 const (
 	rpcSession  = "notifications/macp/session"
@@ -101,7 +104,7 @@ func (r *attachments) put(a *attachment) {
 	r.mu.Unlock()
 	if prev != nil && prev != a {
 		prev.mu.Lock()
-		prev.reason = "superseded: the same caller attached to this session on another connection"
+		prev.reason = supersededReason
 		prev.mu.Unlock()
 		prev.cancel()
 	}
@@ -117,11 +120,18 @@ func (r *attachments) remove(a *attachment) {
 
 var errRestart = errors.New("restart from the current end")
 
+// supersededReason is the reason of every follow ended because the same
+// caller attached to the session elsewhere; clients recognise the prefix
+// "superseded:" as final (sdk.SupersededPrefix).
+const supersededReason = "superseded: the same caller resumed this session on another connection (session/resume or session/start); do not reconnect"
+
 // attach starts delivering session sid to sink after `after` (catch-up
-// within the replay window, else none of the missed envelopes). reply is
+// within the replay window, else none of the missed envelopes). stateSeen:
+// the client resumed from the state notification after `after` (after.5),
+// so that state is not sent again. reply is
 // called once, before any notification, with the outcome; on a refusal
 // it gets the error and nothing is attached.
-func (s *Server) attach(sink rpcSink, sid string, after uint64, onStart func(a *attachment, catchup bool, from uint64), onFail func(*coord.Error), onExit func(*attachment)) {
+func (s *Server) attach(sink rpcSink, sid string, after uint64, stateSeen bool, onStart func(a *attachment, catchup bool, from uint64), onFail func(*coord.Error), onExit func(*attachment)) {
 	id := sink.identity()
 	ctx, cancel := context.WithCancel(sink.connCtx())
 	a := &attachment{key: attachKey{id.Sender, sid}, sink: sink, cancel: cancel, done: make(chan struct{}), last: after}
@@ -131,10 +141,41 @@ func (s *Server) attach(sink rpcSink, sid string, after uint64, onStart func(a *
 		defer cancel()
 		fw := s.newFeedWindow() // feedwindow.go
 		defer fw.end()
-		dirty := make(chan struct{}, 1)
-		notifierDone := make(chan struct{})
 		started, outside, registered := false, false, false
+		untrack := func() {}
 		var startLast uint64
+		// sendState sends the session's state as of record `at`, the last
+		// record this attachment delivered, labelled with the state event
+		// id "at.5" (stateEventID), when it differs from the last state
+		// sent. It runs on the delivery goroutine, so it is ordered after
+		// envelope `at` and before envelope at+1 by construction. The
+		// state is read together with its sequence number: when records
+		// after `at` exist it sends nothing, since it will run again after
+		// the last of them is delivered.
+		var lastState []byte
+		sendState := func(at uint64) {
+			if stateSeen && at == after {
+				return // the client has it: it resumed from after.5
+			}
+			if l, ok := s.rt.LastSeq(sid); ok && l != at {
+				return
+			}
+			var md *macpv1.SessionMetadata
+			if cerr := s.rt.Inspect(ctx, sid, func(ss *session.Session) {
+				if ss.Seq == at {
+					md = ss.Metadata()
+				}
+			}); cerr != nil || md == nil {
+				return
+			}
+			b, err := wire.Compact(md)
+			if err != nil || bytes.Equal(b, lastState) {
+				return
+			}
+			if sink.enqueue(ctx, jsonrpc.Notify(rpcSession, map[string]any{"sessionId": sid, "sessionEventId": stateEventID(at), "metadata": json.RawMessage(b)})) {
+				lastState = b
+			}
+		}
 		deliver := func(rec session.Record) error {
 			cost := runtime.StreamCost(rec)
 			if outside && rec.Seq <= startLast {
@@ -162,27 +203,9 @@ func (s *Server) attach(sink rpcSink, sid string, after uint64, onStart func(a *
 			a.mu.Lock()
 			a.last = rec.Seq
 			a.mu.Unlock()
-			select {
-			case dirty <- struct{}{}:
-			default:
-			}
+			sendState(rec.Seq)
 			return nil
 		}
-		var lastMeta []byte
-		sendMeta := func() {
-			md, cerr := s.rt.GetSession(ctx, id, sid)
-			if cerr != nil {
-				return
-			}
-			b, err := wire.Compact(md)
-			if err != nil || bytes.Equal(b, lastMeta) {
-				return
-			}
-			if sink.enqueue(ctx, jsonrpc.Notify(rpcSession, map[string]any{"sessionId": sid, "sessionEventId": a.lastSeq(), "metadata": json.RawMessage(b)})) {
-				lastMeta = b
-			}
-		}
-		nctx, ncancel := context.WithCancel(ctx)
 		opts := runtime.FollowOptions{LiveSinceMs: openedMs, Window: fw.w, OnStartAfter: func(last, from uint64) {
 			started = true
 			startLast = last
@@ -195,25 +218,23 @@ func (s *Server) attach(sink rpcSink, sid string, after uint64, onStart func(a *
 			a.last = from
 			a.mu.Unlock()
 			s.attached.put(a)
-			// ... and on gRPC: the caller's StreamSession follows of sid
-			// end (runtime/attach.go).
+			// ... and the caller's other follows of sid end: gRPC, SSE,
+			// macp/subscribe, here and on the other nodes of a cluster
+			// (runtime/attach.go). Then this attachment is tracked, so that
+			// a later resume elsewhere (another node too) ends it.
 			s.rt.Attachments().Supersede(id.Sender, sid)
+			untrack = s.rt.Attachments().Track(id.Sender, sid, func() {
+				a.mu.Lock()
+				a.reason = supersededReason
+				a.mu.Unlock()
+				a.cancel()
+			})
 			registered = true
 			onStart(a, catchup, from)
-			// The latest metadata follows the response even when nothing
-			// was missed; later changes are coalesced.
-			dirty <- struct{}{}
-			go func() {
-				defer close(notifierDone)
-				for {
-					select {
-					case <-dirty:
-						sendMeta()
-					case <-nctx.Done():
-						return
-					}
-				}
-			}()
+			// The latest state follows the response even when nothing
+			// was missed (when records follow, it follows the last of
+			// them instead).
+			sendState(from)
 		}}
 		err := s.rt.Follow(ctx, id, sid, after, opts, deliver)
 		if errors.Is(err, errRestart) {
@@ -222,14 +243,12 @@ func (s *Server) attach(sink rpcSink, sid string, after uint64, onStart func(a *
 			err = s.rt.Follow(ctx, id, sid, startLast, opts, deliver)
 		}
 		if !started {
-			ncancel()
 			onFail(followError(err))
 			return
 		}
-		ncancel()
-		<-notifierDone
 		if registered {
 			s.attached.remove(a)
+			untrack()
 		}
 		a.mu.Lock()
 		reason := a.reason
@@ -241,7 +260,7 @@ func (s *Server) attach(sink rpcSink, sid string, after uint64, onStart func(a *
 		case ctx.Err() != nil:
 			// detached (session/end) or the connection ended: nothing more
 		case errors.Is(err, runtime.ErrFollowEnded):
-			sendMeta()
+			sendState(a.lastSeq())
 			sink.enqueue(cctx, jsonrpc.Notify(rpcEnd, map[string]any{"sessionId": sid, "lastSequence": a.lastSeq()}))
 		case err != nil:
 			sink.enqueue(cctx, jsonrpc.Notify(rpcError, map[string]any{"sessionId": sid, "lastSequence": a.lastSeq(), "error": json.RawMessage(mustCompact(wire.ErrorOf(followError(err))))}))
@@ -270,11 +289,22 @@ func parseProto(req *jsonrpc.Request, needSession bool) (protoParams, *jsonrpc.E
 	return p, nil
 }
 
-// lastEventID parses lastSessionEventId: absent, null or a non-negative
-// integer (a JSON number or a decimal string).
-func lastEventID(raw json.RawMessage) (uint64, *jsonrpc.Error) {
+// stateEventID is the sessionEventId of a notifications/macp/session that
+// carries the state as of record seq: the JSON number seq.5. It sorts
+// after envelope seq and before envelope seq+1, no envelope has it, and
+// its integer part is the cursor it resumes from (docs/resume.md "Event
+// ids").
+func stateEventID(seq uint64) json.Number {
+	return json.Number(strconv.FormatUint(seq, 10) + ".5")
+}
+
+// lastEventID parses lastSessionEventId: absent, null, or a sessionEventId
+// as notifications carry it: an envelope's N or a state notification's
+// N.5 (a JSON number or a decimal string). It returns the sequence
+// number to resume after, N in both cases.
+func lastEventID(raw json.RawMessage) (n uint64, state bool, jerr *jsonrpc.Error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return 0, nil
+		return 0, false, nil
 	}
 	v := string(raw)
 	if v[0] == '"' {
@@ -282,11 +312,12 @@ func lastEventID(raw json.RawMessage) (uint64, *jsonrpc.Error) {
 			v = ""
 		}
 	}
-	n, err := strconv.ParseUint(v, 10, 64)
+	w := strings.TrimSuffix(v, ".5")
+	n, err := strconv.ParseUint(w, 10, 64)
 	if err != nil {
-		return 0, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "lastSessionEventId must be a sequence number (0, 1, 2, ...)"}
+		return 0, false, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "lastSessionEventId must be a sessionEventId: N (an envelope's) or N.5 (a state notification's), N = 0, 1, 2, ..."}
 	}
-	return n, nil
+	return n, w != v, nil
 }
 
 // rpcGet answers session/get: the metadata and the current sequence

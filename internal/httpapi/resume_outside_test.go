@@ -59,7 +59,7 @@ func TestOutsidePythonResume(t *testing.T) {
 				Code int `json:"code"`
 			} `json:"error"`
 			Params struct {
-				SessionEventID uint64          `json:"sessionEventId"`
+				SessionEventID float64         `json:"sessionEventId"`
 				Envelope       json.RawMessage `json:"envelope"`
 			} `json:"params"`
 		}
@@ -68,7 +68,7 @@ func TestOutsidePythonResume(t *testing.T) {
 		}
 		switch {
 		case m.Method == "notifications/macp/envelope":
-			seqs = append(seqs, m.Params.SessionEventID)
+			seqs = append(seqs, uint64(m.Params.SessionEventID))
 			envs = append(envs, m.Params.Envelope)
 		case m.ID == 1 && m.Error != nil:
 			unknown = m.Error.Code

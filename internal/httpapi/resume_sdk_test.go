@@ -133,3 +133,54 @@ func TestSDKResumeStream(t *testing.T) {
 		}
 	}
 }
+
+// A session that ends while the SDK is disconnected cannot be resumed
+// (SESSION_NOT_OPEN, docs/resume.md "Ended sessions"); DialResume then
+// reads the rest of its history in transport mode on the same connection
+// and ends with io.EOF, so the application still sees every envelope once.
+func TestSDKResumeEndedWhileAway(t *testing.T) {
+	e := startApp(t, testConfig())
+	sid := e.startSession(t, "coord", "alice")
+	send := func(n int) {
+		for range n {
+			id := uuid.NewString()
+			e.mustAck(t, "/macp/envelope", "coord", proposalJSON(sid, id, id))
+		}
+	}
+	send(2)
+	cu := &cutter{}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := sdk.DialResume(ctx, "ws://"+e.a.HTTPAddr()+"/macp/ws", "alice", sid, 0,
+		sdk.WithResumeHTTPClient(cu.client()),
+		sdk.WithResumeSubscribeOptions(sdk.WithReconnectBackoff(time.Millisecond, 10*time.Millisecond)))
+	defer s.Close()
+	var got []uint64
+	for len(got) < 3 {
+		ev, err := s.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Kind == sdk.KindEnvelope {
+			got = append(got, ev.Seq)
+		}
+	}
+	cu.cut()
+	send(3)
+	e.mustAck(t, "/macp/session/"+sid+"/cancel", "coord", `{"reason":"done"}`) // seq 7
+	for {
+		ev, err := s.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("after the session ended while away: %v (got %v)", err, got)
+		}
+		if ev.Kind == sdk.KindEnvelope {
+			got = append(got, ev.Seq)
+		}
+	}
+	if fmt.Sprint(got) != "[1 2 3 4 5 6 7]" {
+		t.Fatalf("sequence %v", got)
+	}
+}

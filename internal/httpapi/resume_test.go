@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +19,9 @@ import (
 	"github.com/coder/websocket"
 	"github.com/google/uuid"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/wire"
+	"github.com/macpd/macpd/sdk"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -29,6 +36,47 @@ type pconn struct {
 	c       *websocket.Conn
 	id      int
 	pending []*rpcMsg
+	ids     eventIDs // every session-scoped notification's sessionEventId, as received
+}
+
+// eventIDs records the sessionEventId of every envelope and state
+// notification a connection receives, per session, in arrival order.
+type eventIDs map[string][]float64
+
+func (e *eventIDs) note(t testing.TB, m *rpcMsg) {
+	t.Helper()
+	if m.Method != "notifications/macp/envelope" && m.Method != "notifications/macp/session" {
+		return
+	}
+	var n struct {
+		SessionID      string          `json:"sessionId"`
+		SessionEventID json.RawMessage `json:"sessionEventId"`
+	}
+	var id float64
+	if json.Unmarshal(m.Params, &n) != nil || json.Unmarshal(n.SessionEventID, &id) != nil {
+		t.Fatalf("%s without a numeric sessionEventId: %s", m.Method, m.Params)
+	}
+	// Envelopes carry N, state notifications N.5 (docs/resume.md).
+	if frac := id - float64(uint64(id)); (m.Method == "notifications/macp/envelope") != (frac == 0) || (frac != 0 && frac != 0.5) {
+		t.Fatalf("%s with sessionEventId %s", m.Method, n.SessionEventID)
+	}
+	if *e == nil {
+		*e = eventIDs{}
+	}
+	(*e)[n.SessionID] = append((*e)[n.SessionID], id)
+}
+
+// increasing fails unless every id of sid is above after and above the
+// one before it: unique and strictly increasing in arrival order.
+func (e eventIDs) increasing(t testing.TB, what, sid string, after float64) {
+	t.Helper()
+	prev := after
+	for i, id := range e[sid] {
+		if id <= prev {
+			t.Fatalf("%s: sessionEventId %v after %v (notification %d of %v)", what, id, prev, i, e[sid])
+		}
+		prev = id
+	}
 }
 
 func (e *env) pdial(t testing.TB, agent string) *pconn {
@@ -64,6 +112,7 @@ func (p *pconn) notif() *rpcMsg {
 	if len(p.pending) > 0 {
 		m := p.pending[0]
 		p.pending = p.pending[1:]
+		p.ids.note(p.t, m)
 		return m
 	}
 	m, err := wsRead(p.c)
@@ -73,12 +122,13 @@ func (p *pconn) notif() *rpcMsg {
 	if m.Method == "" {
 		p.t.Fatalf("unexpected response %s", m.ID)
 	}
+	p.ids.note(p.t, m)
 	return m
 }
 
 type envNote struct {
 	SessionID      string          `json:"sessionId"`
-	SessionEventID uint64          `json:"sessionEventId"`
+	SessionEventID float64         `json:"sessionEventId"` // N (envelopes) or N.5 (state)
 	Envelope       json.RawMessage `json:"envelope"`
 	Metadata       json.RawMessage `json:"metadata"`
 	Reason         string          `json:"reason"`
@@ -131,7 +181,7 @@ func (p *pconn) nextEnvelope(sid string) (uint64, []byte) {
 			if err := protojson.Unmarshal(n.Envelope, env); err != nil {
 				p.t.Fatal(err)
 			}
-			return n.SessionEventID, wireBytes(p.t, env)
+			return uint64(n.SessionEventID), wireBytes(p.t, env)
 		default:
 			p.t.Fatalf("unexpected %s %s", m.Method, m.Params)
 		}
@@ -407,6 +457,8 @@ func TestProtocolResumeTrials(t *testing.T) {
 		via := cutVia[rng.IntN(len(cutVia))]
 		// Read 1..4 envelopes on via, then cut: the cursor is the last seq.
 		cursor := start
+		var cursorID any // what the resume sends: N, or a state notification's N.5
+		var cursorF float64
 		n1 := 1 + rng.IntN(4)
 		if via == "proto" {
 			p := e.pdial(t, agent)
@@ -414,6 +466,20 @@ func TestProtocolResumeTrials(t *testing.T) {
 			for range n1 {
 				cursor, _ = p.nextEnvelope(sid)
 			}
+			// Sometimes the cursor is the id of a state notification:
+			// read on until one arrives.
+			if rng.IntN(2) == 0 {
+				for range 400 {
+					if m := p.notif(); m.Method == "notifications/macp/session" {
+						ids := p.ids[sid]
+						cursorF = ids[len(ids)-1]
+						cursor, cursorID = uint64(cursorF), json.Number(fmt.Sprintf("%.1f", cursorF))
+						counts["state-cursor"]++
+						break
+					}
+				}
+			}
+			p.ids.increasing(t, fmt.Sprintf("trial %d cut", trial), sid, float64(start))
 			_ = p.c.CloseNow()
 		} else {
 			f := e.open(t, via, agent, sid, start)
@@ -425,6 +491,9 @@ func TestProtocolResumeTrials(t *testing.T) {
 				cursor = seq
 			}
 			f.close()
+		}
+		if cursorID == nil {
+			cursorID, cursorF = cursor, float64(cursor)
 		}
 		// Let some more envelopes through sometimes, so that some
 		// cursors fall outside the window.
@@ -439,20 +508,25 @@ func TestProtocolResumeTrials(t *testing.T) {
 		var got []uint64
 		var gotB [][]byte
 		var r resumeResult
+		var ids eventIDs
 		resumeVia := []string{"ws", "http"}[rng.IntN(2)]
 		counts["resume-"+resumeVia]++
 		if resumeVia == "ws" {
 			p := e.pdial(t, agent)
-			r = p.resume(sid, cursor)
+			m := p.call("session/resume", map[string]any{"sessionId": sid, "lastSessionEventId": cursorID})
+			if m.Error != nil || json.Unmarshal(m.Result, &r) != nil || !r.Resumed {
+				t.Fatalf("trial %d: resume from %v: %+v %s", trial, cursorID, m.Error, m.Result)
+			}
 			for range n2 {
 				seq, b := p.nextEnvelope(sid)
 				got = append(got, seq)
 				gotB = append(gotB, b)
 			}
 			_ = p.c.CloseNow()
+			ids = p.ids
 		} else {
 			h := e.hdial(t, agent)
-			code, m := h.call("session/resume", map[string]any{"sessionId": sid, "lastSessionEventId": cursor})
+			code, m := h.call("session/resume", map[string]any{"sessionId": sid, "lastSessionEventId": cursorID})
 			if code != 200 || m.Error != nil || json.Unmarshal(m.Result, &r) != nil || !r.Resumed {
 				t.Fatalf("trial %d: HTTP resume %d %+v %s", trial, code, m.Error, m.Result)
 			}
@@ -462,7 +536,16 @@ func TestProtocolResumeTrials(t *testing.T) {
 				gotB = append(gotB, b)
 			}
 			h.close()
+			ids = h.ids
 		}
+		// Every notification's sessionEventId, envelopes and state alike:
+		// unique and strictly increasing, above the cursor (catch-up) or
+		// above the end at resume.
+		from := cursorF
+		if !r.Catchup {
+			from = float64(r.SessionEventID)
+		}
+		ids.increasing(t, fmt.Sprintf("trial %d resume", trial), sid, from)
 		after, _ := e.a.Runtime().LastSeq(sid)
 		if r.Catchup {
 			counts["catchup"]++
@@ -488,7 +571,7 @@ func TestProtocolResumeTrials(t *testing.T) {
 		}
 		counts[via]++
 	}
-	if counts["catchup"] == 0 || counts["outside"] == 0 {
+	if counts["catchup"] == 0 || counts["outside"] == 0 || counts["state-cursor"] == 0 {
 		t.Fatalf("trials did not cover both outcomes: %v", counts)
 	}
 	t.Logf("%d trials %v, %d envelopes sent meanwhile", trials, counts, sent.Load())
@@ -517,5 +600,424 @@ func TestProtocolAdvertised(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("websocket endpoint does not advertise it: %v", m.TransportEndpoints)
+	}
+}
+
+// TestProtocolEventIDs: on a resume, every session-scoped notification's
+// sessionEventId is unique and strictly increasing (envelopes N, state
+// N.5), the state is the state at its id, and a resume from a state
+// notification's id repeats nothing. Before, the state notification
+// reused an envelope's id and could arrive before that envelope.
+func TestProtocolEventIDs(t *testing.T) {
+	cfg := testConfig()
+	cfg.Resume.ReplayWindow = 5
+	e := startApp(t, cfg)
+	sid := e.startSession(t, "coord", "alice", "bob")
+	for i := range 5 {
+		e.mustAck(t, "/macp/envelope", "coord", proposalJSON(sid, uuid.NewString(), fmt.Sprint("p", i)))
+	}
+	for range 24 {
+		p := e.pdial(t, "alice")
+		p.resume(sid, 1)
+		var state []byte
+		for {
+			if m := p.notif(); m.Method == "notifications/macp/session" {
+				n := params(t, m)
+				if n.SessionEventID != 6.5 {
+					t.Fatalf("state notification %v, want 6.5 (ids %v)", n.SessionEventID, p.ids[sid])
+				}
+				state = n.Metadata
+				break
+			}
+		}
+		p.ids.increasing(t, "resume from 1", sid, 1)
+		if got := p.ids[sid]; len(got) != 6 || got[0] != 2 || got[4] != 6 {
+			t.Fatalf("ids %v, want 2..6 then 6.5", got)
+		}
+		// The state notification equals session/get at 6.
+		var gr envNote
+		g := p.call("session/get", map[string]any{"sessionId": sid})
+		if json.Unmarshal(g.Result, &gr) != nil || gr.SessionEventID != 6 || !bytes.Equal(gr.Metadata, state) {
+			t.Fatalf("state notification %s, session/get %s", state, g.Result)
+		}
+		_ = p.c.CloseNow()
+
+		// Resuming from 6.5 sends neither envelope 6 nor state 6.5 again.
+		q := e.pdial(t, "alice")
+		m := q.call("session/resume", map[string]any{"sessionId": sid, "lastSessionEventId": json.Number("6.5")})
+		if m.Error != nil {
+			t.Fatalf("resume from 6.5: %+v", m.Error)
+		}
+		q.call("session/get", map[string]any{"sessionId": sid}) // a barrier
+		for _, n := range q.pending {
+			t.Fatalf("resume from 6.5 got %s %s", n.Method, n.Params)
+		}
+		_ = q.c.CloseNow()
+	}
+	// Malformed ids are refused.
+	p := e.pdial(t, "alice")
+	for _, bad := range []any{json.Number("6.4"), "6.5.5", json.Number("-1"), "x"} {
+		if code, _ := rpcCode(t, p.call("session/resume", map[string]any{"sessionId": sid, "lastSessionEventId": bad})); code != -32602 {
+			t.Fatalf("lastSessionEventId %v: %d", bad, code)
+		}
+	}
+}
+
+// TestProtocolEndedSessions: session/resume of an ended session is an
+// error carrying SESSION_NOT_OPEN and the final sessionEventId (before, a
+// cancelled session resumed with catchup true); session/end of an unknown
+// session or by a caller who may not observe it is an error (before:
+// "ended": true), on WebSocket and HTTP alike.
+func TestProtocolEndedSessions(t *testing.T) {
+	e := startApp(t, testConfig())
+	sid := e.startSession(t, "coord", "alice", "bob")
+	e.mustAck(t, "/macp/envelope", "coord", proposalJSON(sid, uuid.NewString(), "p"))
+	c := e.pdial(t, "coord")
+	if m := c.call("session/end", map[string]any{"sessionId": sid}); m.Error != nil || !bytes.Contains(m.Result, []byte(`"cancelled":true`)) {
+		t.Fatalf("initiator session/end: %+v %s", m.Error, m.Result)
+	}
+	last, _ := e.a.Runtime().LastSeq(sid) // the runtime's SessionCancel
+	if last != 3 {
+		t.Fatalf("last seq %d, want 3", last)
+	}
+	check := func(what string, m *rpcMsg, want string) {
+		t.Helper()
+		code, mc := rpcCode(t, m)
+		if code != -32000 || mc != want {
+			t.Fatalf("%s: %d %s, want -32000 %s", what, code, mc, want)
+		}
+	}
+	for _, cursor := range []uint64{0, 1, 3} {
+		p := e.pdial(t, "alice")
+		m := p.call("session/resume", map[string]any{"sessionId": sid, "lastSessionEventId": cursor})
+		check("resume of an ended session", m, "SESSION_NOT_OPEN")
+		var me macpv1.MACPError
+		var d struct {
+			SessionEventID uint64 `json:"sessionEventId"`
+			State          string `json:"state"`
+		}
+		if protojson.Unmarshal(m.Error.Data, &me) != nil || me.SessionId != sid || json.Unmarshal(me.Details, &d) != nil || d.SessionEventID != 3 || d.State != "SESSION_STATE_EXPIRED" {
+			t.Fatalf("ended error data %s", m.Error.Data)
+		}
+		p.call("session/get", map[string]any{"sessionId": sid}) // a barrier
+		for _, n := range p.pending {
+			t.Fatalf("notification after a refused resume: %s", n.Method)
+		}
+	}
+	h := e.hdial(t, "bob")
+	if _, m := h.call("session/resume", map[string]any{"sessionId": sid}); true {
+		check("HTTP resume of an ended session", m, "SESSION_NOT_OPEN")
+	}
+	// session/end: unknown session, a caller who may not observe it.
+	check("session/end of an unknown session", c.call("session/end", map[string]any{"sessionId": uuid.NewString()}), "SESSION_NOT_FOUND")
+	open := e.startSession(t, "coord", "alice")
+	check("session/end by a non-participant", e.pdial(t, "mallory").call("session/end", map[string]any{"sessionId": open}), "FORBIDDEN")
+	if _, m := h.call("session/end", map[string]any{"sessionId": uuid.NewString()}); true {
+		check("HTTP session/end of an unknown session", m, "SESSION_NOT_FOUND")
+	}
+	md, err := e.c.GetSession(as("coord"), &macpv1.GetSessionRequest{SessionId: open})
+	if err != nil || md.GetMetadata().GetState() != macpv1.SessionState_SESSION_STATE_OPEN {
+		t.Fatalf("refused session/end changed the session: %v %v", md, err)
+	}
+}
+
+// TestProtocolJSONRPCStrict: session/resume and session/start sent as
+// notifications (no id) act but get no response, on WebSocket and HTTP
+// (before: a response with "id": null); names are case-sensitive and a
+// duplicated member is refused -32600.
+func TestProtocolJSONRPCStrict(t *testing.T) {
+	e := startApp(t, testConfig())
+	sid := e.startSession(t, "coord", "alice")
+	p := e.pdial(t, "alice")
+	raw := func(msg string) {
+		t.Helper()
+		if err := p.c.Write(context.Background(), websocket.MessageText, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw(`{"jsonrpc":"2.0","method":"session/resume","params":{"sessionId":"` + sid + `","lastSessionEventId":0}}`)
+	sid2 := uuid.NewString()
+	raw(`{"jsonrpc":"2.0","method":"session/start","params":{"envelope":` + startJSON(sid2, "alice", "bob") + `}}`)
+	raw(`{"jsonrpc":"2.0","method":"session/nope","params":{}}`)
+	p.call("session/get", map[string]any{"sessionId": sid}) // a barrier: its response is the first
+	// The notifications acted: both sessions are attached.
+	seen := map[string]bool{}
+	for len(seen) < 2 {
+		m := p.notif()
+		if m.Method == "notifications/macp/envelope" {
+			seen[params(t, m).SessionID] = true
+		}
+	}
+	if !seen[sid] || !seen[sid2] {
+		t.Fatalf("attached to %v", seen)
+	}
+	for _, c := range []struct {
+		msg  string
+		code int
+	}{
+		{`{"jsonrpc":"2.0","id":5,"Method":"session/get","params":{"sessionId":"` + sid + `"}}`, -32600},
+		{`{"jsonrpc":"2.0","id":5,"method":"Session/Get","params":{"sessionId":"` + sid + `"}}`, -32601},
+		{`{"jsonrpc":"2.0","id":5,"method":"session/get","params":{"SessionId":"` + sid + `"}}`, -32602},
+		{`{"jsonrpc":"2.0","id":5,"method":"session/end","method":"session/get","params":{"sessionId":"` + sid + `"}}`, -32600},
+		{`{"jsonrpc":"2.0","id":5,"method":"session/get","params":{"sessionId":"x","sessionId":"` + sid + `"}}`, -32600},
+	} {
+		raw(c.msg)
+		m, err := wsRead(p.c)
+		for err == nil && m.Method != "" {
+			m, err = wsRead(p.c)
+		}
+		if err != nil || m.Error == nil || m.Error.Code != c.code {
+			t.Fatalf("%s: %+v %v, want %d", c.msg, m, err, c.code)
+		}
+	}
+	// HTTP: a notification is 204 with no body.
+	h := e.hdial(t, "alice")
+	code, body := e.do(t, "POST", "/macp/rpc", "alice", "application/json",
+		[]byte(`{"jsonrpc":"2.0","method":"session/resume","params":{"sessionId":"`+sid+`"}}`), "X-MACP-RPC-Stream", h.key)
+	if code != 204 || len(body) != 0 {
+		t.Fatalf("HTTP notification: %d %s", code, body)
+	}
+	if seq, _ := h.nextEnvelopeBytes(); seq != 1 { // it acted
+		t.Fatalf("HTTP notification attached at %d", seq)
+	}
+}
+
+// TestProtocolMixedModeCursors: a transport-mode cursor (Last-Event-ID,
+// after_sequence, after) on a protocol-mode route is refused whole,
+// including on the WebSocket upgrade (before: the upgrade with
+// Last-Event-ID was accepted and so was POST /macp/rpc?after_sequence=1
+// carrying session/resume); two Last-Event-ID headers on SSE are refused.
+func TestProtocolMixedModeCursors(t *testing.T) {
+	e := startApp(t, testConfig())
+	sid := e.startSession(t, "coord", "alice")
+	h := e.hdial(t, "alice")
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"session/resume","params":{"sessionId":"` + sid + `"}}`)
+	for _, c := range []struct {
+		path string
+		hdr  []string
+	}{
+		{"/macp/rpc?after_sequence=1", nil},
+		{"/macp/rpc?after=1", nil},
+		{"/macp/rpc", []string{"Last-Event-ID", ""}},
+		{"/macp/rpc", []string{"Last-Event-ID", "1"}},
+	} {
+		code, b := e.do(t, "POST", c.path, "alice", "application/json", body, append([]string{"X-MACP-RPC-Stream", h.key}, c.hdr...)...)
+		if code != 400 || macpError(t, b).Code != "INVALID_ENVELOPE" {
+			t.Fatalf("POST %s %v: %d %s", c.path, c.hdr, code, b)
+		}
+	}
+	if code, b := e.do(t, "GET", "/macp/rpc/stream?after_sequence=0", "alice", "", nil); code != 400 || macpError(t, b).Code != "INVALID_ENVELOPE" {
+		t.Fatalf("stream with after_sequence: %d %s", code, b)
+	}
+	// Nothing was attached by the refused requests.
+	if _, m := h.call("session/get", map[string]any{"sessionId": sid}); m.Error != nil {
+		t.Fatal(m.Error)
+	}
+	// The WebSocket upgrade with a cursor is closed with the MACP code.
+	for _, c := range []struct {
+		q   string
+		hdr http.Header
+	}{
+		{"", http.Header{"Last-Event-ID": {"1"}}},
+		{"?after_sequence=1", nil},
+		{"?after=0", nil},
+	} {
+		hdr := http.Header{"Authorization": {"Bearer alice"}}
+		for k, v := range c.hdr {
+			hdr[k] = v
+		}
+		conn, _, err := websocket.Dial(context.Background(), "ws://"+e.a.HTTPAddr()+"/macp/ws"+c.q, &websocket.DialOptions{HTTPHeader: hdr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = wsCall(conn, 1, "session/resume", map[string]any{"sessionId": sid})
+		_, err = wsRead(conn)
+		if websocket.CloseStatus(err) == -1 || !strings.Contains(err.Error(), "INVALID_ENVELOPE") {
+			t.Fatalf("upgrade %s %v: %v", c.q, c.hdr, err)
+		}
+	}
+	// SSE: two Last-Event-ID headers.
+	req, _ := http.NewRequest("GET", e.base+"/macp/session/"+sid+"/events", nil)
+	req.Header.Set("Authorization", "Bearer alice")
+	req.Header.Add("Last-Event-ID", "1")
+	req.Header.Add("Last-Event-ID", "0")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || macpError(t, b).Code != "INVALID_ENVELOPE" {
+		t.Fatalf("two Last-Event-ID headers: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestServerMintedSessionIDs: a SessionStart without session_id gets a
+// server-minted id (128 CSPRNG bits, the spec's format) on session/start,
+// POST /macp/session/start and gRPC Send, returned in the Ack/result
+// (before: INVALID_ENVELOPE). A client-chosen id still works.
+func TestServerMintedSessionIDs(t *testing.T) {
+	e := startApp(t, testConfig())
+	noID := strings.Replace(startJSON("", "alice"), `"session_id":"",`, "", 1)
+	seen := map[string]bool{}
+	check := func(via, sid string) {
+		t.Helper()
+		if !coord.ValidSessionID(sid) || len(sid) != 22 || seen[sid] {
+			t.Fatalf("%s minted %q", via, sid)
+		}
+		seen[sid] = true
+		md, err := e.c.GetSession(as("coord"), &macpv1.GetSessionRequest{SessionId: sid})
+		if err != nil || md.GetMetadata().GetInitiator() != "coord" {
+			t.Fatalf("%s: session %s: %v %v", via, sid, md, err)
+		}
+	}
+	// JSON-RPC session/start: the result and the ack name it, and the
+	// connection is attached to it.
+	c := e.pdial(t, "coord")
+	m := c.call("session/start", map[string]any{"envelope": json.RawMessage(noID)})
+	var sr struct {
+		SessionID string          `json:"sessionId"`
+		Ack       json.RawMessage `json:"ack"`
+	}
+	ack := &macpv1.Ack{}
+	if m.Error != nil || json.Unmarshal(m.Result, &sr) != nil || protojson.Unmarshal(sr.Ack, ack) != nil || !ack.Ok || ack.SessionId != sr.SessionID {
+		t.Fatalf("session/start without session_id: %+v %s", m.Error, m.Result)
+	}
+	check("session/start", sr.SessionID)
+	if seq, _ := c.nextEnvelope(sr.SessionID); seq != 1 {
+		t.Fatalf("attached at %d", seq)
+	}
+	// POST /macp/session/start.
+	code, b := e.do(t, "POST", "/macp/session/start", "coord", "application/json", []byte(strings.Replace(startJSON("", "alice"), `"session_id":"",`, "", 1)))
+	if code != 200 || protojson.Unmarshal(b, ack) != nil || !ack.Ok {
+		t.Fatalf("POST /macp/session/start without session_id: %d %s", code, b)
+	}
+	check("POST /macp/session/start", ack.SessionId)
+	// gRPC Send.
+	env, cerr := wire.DecodeEnvelope([]byte(strings.Replace(startJSON("", "alice"), `"session_id":"",`, "", 1)))
+	if cerr != nil {
+		t.Fatal(cerr)
+	}
+	r, err := e.c.Send(as("coord"), &macpv1.SendRequest{Envelope: env})
+	if err != nil || !r.GetAck().GetOk() {
+		t.Fatalf("gRPC Send without session_id: %v %v", r, err)
+	}
+	check("gRPC Send", r.GetAck().GetSessionId())
+	// A client-chosen id is kept.
+	sid := uuid.NewString()
+	e.mustAck(t, "/macp/session/start", "coord", startJSON(sid, "alice"))
+	if _, err := e.c.GetSession(as("coord"), &macpv1.GetSessionRequest{SessionId: sid}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestResumeOnlyActiveConnection: session/resume makes its connection the
+// only active one of that identity and session on every transport that
+// holds a follow: the same identity's SSE follow ends with a final
+// "superseded" event, its WebSocket macp/subscribe with
+// notifications/macp/detached, its protocol attachment likewise, and its
+// SDK Subscribe (gRPC) returns sdk.ErrSuperseded without reconnecting
+// (before: SSE and macp/subscribe kept receiving, and the SDK reconnected
+// on ABORTED). Another identity's follows are untouched.
+func TestResumeOnlyActiveConnection(t *testing.T) {
+	e := startApp(t, testConfig())
+	sid := e.startSession(t, "coord", "alice", "bob")
+	sse := e.openSSE(t, "alice", sid, 0, nil)
+	bobSSE := e.openSSE(t, "bob", sid, 0, nil)
+	if _, _, _, err := sse.event(); err != nil { // the SessionStart: the follow is started
+		t.Fatal(err)
+	}
+	ws := e.pdial(t, "alice")
+	if m := ws.call("macp/subscribe", map[string]any{"sessionId": sid}); m.Error != nil {
+		t.Fatal(m.Error)
+	}
+	proto := e.pdial(t, "alice")
+	proto.resume(sid, 1)
+	reconnects := 0
+	sub := e.sdkClient(t, "alice").Subscribe(context.Background(), sid, 0,
+		sdk.WithReconnectBackoff(time.Millisecond, 10*time.Millisecond), sdk.WithReconnectHook(func(int, error) { reconnects++ }))
+	defer sub.Close()
+	if _, err := sub.Next(); err != nil { // started
+		t.Fatal(err)
+	}
+
+	last := e.pdial(t, "alice")
+	last.resume(sid, 1) // the only active connection from now on
+
+	for {
+		_, typ, data, err := sse.event()
+		if err != nil {
+			t.Fatalf("SSE ended without the superseded event: %v", err)
+		}
+		if typ == "superseded" {
+			if !strings.Contains(data, `"reason":"superseded:`) {
+				t.Fatalf("superseded event %s", data)
+			}
+			break
+		}
+	}
+	if _, _, _, err := sse.event(); err == nil {
+		t.Fatal("the SSE response went on after the superseded event")
+	}
+	for _, p := range []*pconn{ws, proto} {
+		for {
+			m := p.notif()
+			if m.Method == "notifications/macp/detached" {
+				if r := params(t, m).Reason; !strings.HasPrefix(r, sdk.SupersededPrefix) {
+					t.Fatalf("detached reason %q", r)
+				}
+				break
+			}
+		}
+	}
+	for {
+		_, err := sub.Next()
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, sdk.ErrSuperseded) || reconnects != 0 {
+			t.Fatalf("SDK Subscribe ended with %v after %d reconnects", err, reconnects)
+		}
+		break
+	}
+	// Bob's follow, and the new attachment, still receive.
+	e.mustAck(t, "/macp/envelope", "coord", proposalJSON(sid, uuid.NewString(), "x"))
+	if seq, _ := last.nextEnvelope(sid); seq != 2 {
+		t.Fatalf("the resumed attachment got %d", seq)
+	}
+	for {
+		id, typ, _, err := bobSSE.event()
+		if err != nil || typ != "" {
+			t.Fatalf("bob's SSE: %s %v", typ, err)
+		}
+		if id == "2" {
+			break
+		}
+	}
+}
+
+// A notice from another node of a cluster (runtime Attachments.
+// SupersedeLocal, what internal/cluster calls) ends a protocol-mode
+// attachment here with notifications/macp/detached: protocol attachments
+// are tracked like every other follow.
+func TestProtocolAttachmentSupersededByNotice(t *testing.T) {
+	e := startApp(t, testConfig())
+	sid := e.startSession(t, "coord", "alice")
+	p := e.pdial(t, "alice")
+	p.resume(sid, 1)
+	if n := e.a.Runtime().Attachments().SupersedeLocal("alice", sid); n != 1 {
+		t.Fatalf("%d tracked follows ended, want 1", n)
+	}
+	for {
+		m := p.notif()
+		if m.Method == "notifications/macp/detached" {
+			if r := params(t, m).Reason; !strings.HasPrefix(r, sdk.SupersededPrefix) {
+				t.Fatalf("reason %q", r)
+			}
+			return
+		}
+		if m.Method != "notifications/macp/session" {
+			t.Fatalf("unexpected %s", m.Method)
+		}
 	}
 }

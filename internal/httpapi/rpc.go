@@ -70,8 +70,26 @@ func (s *Server) rpcRoutes() {
 	s.mux.HandleFunc("POST /macp/rpc", s.rpcPost)
 }
 
-func mixedHTTPError(w http.ResponseWriter) {
-	WriteError(w, coord.Errorf(coord.CodeInvalidEnvelope, "Last-Event-ID is the SSE feed's transport-mode resume; protocol mode (/macp/rpc) resumes with session/resume and lastSessionEventId, not both"))
+// transportCursor names the transport-mode cursor r carries, if any: a
+// Last-Event-ID header (even empty or repeated) or an after_sequence,
+// after or afterSequence query parameter. Routes that speak protocol mode
+// (/macp/rpc, /macp/rpc/stream, /macp/ws) refuse such a request whole, so
+// one attempt never mixes the two modes (docs/resume.md "Mixing modes").
+func transportCursor(r *http.Request) string {
+	if len(r.Header.Values("Last-Event-ID")) > 0 {
+		return "the Last-Event-ID header"
+	}
+	q := r.URL.Query()
+	for _, k := range []string{"after_sequence", "after", "afterSequence"} {
+		if _, ok := q[k]; ok {
+			return "the query parameter " + k
+		}
+	}
+	return ""
+}
+
+func mixedModeCursorError(route, what string) *coord.Error {
+	return coord.Errorf(coord.CodeInvalidEnvelope, "%s is a transport-mode cursor (SSE, polling); %s is protocol mode, which resumes with session/resume and lastSessionEventId: send one or the other, not both", what, route)
 }
 
 func (s *Server) rpcStream(w http.ResponseWriter, r *http.Request) {
@@ -80,8 +98,8 @@ func (s *Server) rpcStream(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, cerr)
 		return
 	}
-	if r.Header.Get("Last-Event-ID") != "" {
-		mixedHTTPError(w)
+	if what := transportCursor(r); what != "" {
+		WriteError(w, mixedModeCursorError("/macp/rpc/stream", what))
 		return
 	}
 	release, cerr := s.acquireStream(id, "")
@@ -150,8 +168,8 @@ func (s *Server) rpcPost(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, cerr)
 		return
 	}
-	if r.Header.Get("Last-Event-ID") != "" {
-		mixedHTTPError(w)
+	if what := transportCursor(r); what != "" {
+		WriteError(w, mixedModeCursorError("/macp/rpc", what))
 		return
 	}
 	b, cerr := s.readBody(w, r)

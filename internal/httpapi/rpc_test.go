@@ -26,6 +26,7 @@ type hstream struct {
 	rd     *bufio.Reader
 	cancel context.CancelFunc
 	id     int
+	ids    eventIDs // every session-scoped notification's sessionEventId
 }
 
 func (e *env) hdial(t testing.TB, agent string) *hstream {
@@ -89,6 +90,7 @@ func (h *hstream) notif() *rpcMsg {
 	if typ != "message" || json.Unmarshal([]byte(data), m) != nil || m.Method == "" {
 		h.t.Fatalf("stream event %s %s", typ, data)
 	}
+	h.ids.note(h.t, m)
 	return m
 }
 
@@ -108,7 +110,7 @@ func (h *hstream) nextEnvelopeBytes() (uint64, []byte) {
 			if err := protojson.Unmarshal(n.Envelope, env); err != nil {
 				h.t.Fatal(err)
 			}
-			return n.SessionEventID, wireBytes(h.t, env)
+			return uint64(n.SessionEventID), wireBytes(h.t, env)
 		}
 		if m.Method != "notifications/macp/session" {
 			h.t.Fatalf("unexpected %s %s", m.Method, m.Params)

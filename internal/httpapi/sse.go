@@ -2,12 +2,14 @@ package httpapi
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
@@ -24,13 +26,17 @@ const sseRetryMs = 2000
 const sseKeepBuffer = 64 << 10
 
 // sseCursor reads the resume point: Last-Event-ID (sent by a reconnecting
-// EventSource) or ?after_sequence=; both, and different, is an error.
+// EventSource) or ?after_sequence=; both, and different, is an error, and
+// so is a repeated Last-Event-ID header.
 func sseCursor(r *http.Request) (uint64, *coord.Error) {
 	q, qok, cerr := queryValue(r.URL.Query(), "after_sequence")
 	if cerr != nil {
 		return 0, cerr
 	}
 	h, hok := r.Header.Get("Last-Event-ID"), len(r.Header.Values("Last-Event-ID")) > 0
+	if len(r.Header.Values("Last-Event-ID")) > 1 {
+		return 0, coord.Errorf(coord.CodeInvalidEnvelope, "the Last-Event-ID header is repeated; send it once")
+	}
 	var a, b uint64
 	if qok {
 		if a, cerr = parseSeq("after_sequence", q); cerr != nil {
@@ -198,6 +204,15 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
+	// A session/resume (or session/start) of the same identity and
+	// session makes its connection the only active one: this feed then
+	// ends with a final "superseded" event (runtime/attach.go).
+	var superseded atomic.Bool
+	untrack := s.rt.Attachments().Track(id.Sender, sid, func() {
+		superseded.Store(true)
+		cancel()
+	})
+	defer untrack()
 	fw := s.newFeedWindow() // feedwindow.go
 	defer fw.end()
 	ended, err := s.follow(ctx, id, sid, after, openedMs, fw, onStart, func(seq uint64, env *macpv1.Envelope, c *feedCharge) error {
@@ -256,6 +271,12 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request) {
 		}
 	case ended:
 		fmt.Fprintf(&buf, "event: end\ndata: {\"last_sequence\":%d}\n\n", lastID)
+		_ = write(true)
+	case superseded.Load() && r.Context().Err() == nil:
+		// Final: a client must not reconnect (an EventSource must be
+		// closed by its page; docs/resume.md "One active connection").
+		b, _ := json.Marshal(map[string]any{"last_sequence": lastID, "reason": supersededReason})
+		fmt.Fprintf(&buf, "event: superseded\ndata: %s\n\n", b)
 		_ = write(true)
 	case err != nil && r.Context().Err() == nil && s.drain.Err() == nil && !errors.Is(err, errWriteFailed):
 		b, _ := wire.Compact(wire.ErrorOf(followError(err)))

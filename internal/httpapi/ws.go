@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"net/http"
@@ -100,6 +101,12 @@ func (s *Server) websocket(w http.ResponseWriter, r *http.Request) {
 	}
 	if authErr != nil {
 		closeWith(c, authErr)
+		return
+	}
+	// The connection may carry protocol mode (session/*): a transport-mode
+	// cursor on the upgrade would mix the two in one attempt.
+	if what := transportCursor(r); what != "" {
+		closeWith(c, mixedModeCursorError("/macp/ws", what))
 		return
 	}
 	release, cerr := s.acquireStream(id, "")
@@ -265,9 +272,18 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 	wc.mu.Unlock()
 
 	started := make(chan *jsonrpc.Error, 1)
+	// A session/resume (or session/start) of the same identity and
+	// session supersedes this subscription (runtime/attach.go): it ends
+	// with a final notifications/macp/detached.
+	var superseded atomic.Bool
+	untrack := wc.s.rt.Attachments().Track(wc.id.Sender, p.SessionID, func() {
+		superseded.Store(true)
+		cancel()
+	})
 	go func() {
 		defer close(sub.done)
 		defer release()
+		defer untrack()
 		fw := wc.s.newFeedWindow() // feedwindow.go
 		defer fw.end()
 		didStart := false
@@ -277,7 +293,9 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 			sub.last = from
 			wc.mu.Unlock()
 			// The response goes out before any notification.
-			wc.enqueue(ctx, jsonrpc.Reply(req, map[string]any{"sessionId": p.SessionID, "lastSequence": last, "resumeAfter": from}, nil))
+			if b := jsonrpc.Reply(req, map[string]any{"sessionId": p.SessionID, "lastSequence": last, "resumeAfter": from}, nil); b != nil { // nil: a notification
+				wc.enqueue(ctx, b)
+			}
 			started <- nil
 		}, func(seq uint64, env *macpv1.Envelope, c *feedCharge) error {
 			b, err := wc.s.encodeFeed(ctx, seq, env, view)
@@ -303,12 +321,17 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 			started <- macpRPCError(followError(err))
 			return
 		}
-		if ctx.Err() != nil {
-			return // unsubscribed or the connection ended
-		}
 		wc.mu.Lock()
 		last := sub.last
 		wc.mu.Unlock()
+		if superseded.Load() && wc.ctx.Err() == nil {
+			wc.removeSub(p.SessionID, sub)
+			wc.enqueue(wc.ctx, jsonrpc.Notify(rpcDetached, map[string]any{"sessionId": p.SessionID, "reason": supersededReason, "lastSessionEventId": last}))
+			return
+		}
+		if ctx.Err() != nil {
+			return // unsubscribed or the connection ended
+		}
 		wc.removeSub(p.SessionID, sub)
 		if ended {
 			wc.enqueue(ctx, jsonrpc.Notify(rpcEnd, map[string]any{"sessionId": p.SessionID, "lastSequence": last}))

@@ -3,10 +3,13 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/jsonrpc"
+	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/wire"
 )
 
@@ -80,7 +83,7 @@ func mixedModeError(sid string) *jsonrpc.Error {
 }
 
 // attachHere attaches the carrier to sid after `after`.
-func (pc *protoConn) attachHere(req *jsonrpc.Request, sid string, after uint64, result func(catchup bool, from uint64) any) (any, *jsonrpc.Error) {
+func (pc *protoConn) attachHere(req *jsonrpc.Request, sid string, after uint64, stateSeen bool, result func(catchup bool, from uint64) any) (any, *jsonrpc.Error) {
 	if pc.sink == nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: req.Method + " over HTTP needs a notification stream: open GET /macp/rpc/stream and send its id in the " + HeaderRPCStream + " header"}
 	}
@@ -110,13 +113,15 @@ func (pc *protoConn) attachHere(req *jsonrpc.Request, sid string, after uint64, 
 		jerr *jsonrpc.Error
 	}
 	started := make(chan outcome, 1)
-	pc.s.attach(pc.sink, sid, after, func(a *attachment, catchup bool, from uint64) {
+	pc.s.attach(pc.sink, sid, after, stateSeen, func(a *attachment, catchup bool, from uint64) {
 		pc.mu.Lock()
 		pc.att[sid] = a
 		pc.mu.Unlock()
 		res := result(catchup, from)
 		if pc.deferReply {
-			pc.sink.enqueue(pc.sink.connCtx(), jsonrpc.Reply(req, res, nil))
+			if b := jsonrpc.Reply(req, res, nil); b != nil { // nil: a notification gets no response
+				pc.sink.enqueue(pc.sink.connCtx(), b)
+			}
 			res = jsonrpc.Deferred
 		}
 		started <- outcome{res: res}
@@ -153,7 +158,7 @@ func (pc *protoConn) sessionStart(ctx context.Context, req *jsonrpc.Request) (an
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "session/start takes a SessionStart envelope (got message_type " + env.GetMessageType() + "); use macp/send"}
 	}
 	if pc.sink == nil {
-		return pc.attachHere(req, "", 0, nil) // the error naming the missing stream
+		return pc.attachHere(req, "", 0, false, nil) // the error naming the missing stream
 	}
 	ack := pc.s.rt.Send(ctx, pc.id, env)
 	b, err := wire.Compact(ack)
@@ -164,7 +169,7 @@ func (pc *protoConn) sessionStart(ctx context.Context, req *jsonrpc.Request) (an
 	if !ack.GetOk() {
 		return res, nil // nothing to attach to; the ack says why
 	}
-	return pc.attachHere(req, env.GetSessionId(), 0, func(bool, uint64) any { return res })
+	return pc.attachHere(req, env.GetSessionId(), 0, false, func(bool, uint64) any { return res })
 }
 
 func (pc *protoConn) sessionResume(ctx context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
@@ -175,15 +180,20 @@ func (pc *protoConn) sessionResume(ctx context.Context, req *jsonrpc.Request) (a
 	if len(p.Envelope) != 0 {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: `session/resume takes {"sessionId", "lastSessionEventId"}`}
 	}
-	after, jerr := lastEventID(p.LastSessionEventID)
+	after, stateSeen, jerr := lastEventID(p.LastSessionEventID)
 	if jerr != nil {
 		return nil, jerr
 	}
-	// Refuse unknown sessions and non-observers before superseding anything.
-	if _, cerr := pc.s.rt.GetSession(ctx, pc.id, p.SessionID); cerr != nil {
+	// Refuse unknown sessions, non-observers and ended sessions before
+	// superseding anything.
+	md, cerr := pc.s.rt.GetSession(ctx, pc.id, p.SessionID)
+	if cerr != nil {
 		return nil, macpRPCError(cerr)
 	}
-	return pc.attachHere(req, p.SessionID, after, func(catchup bool, from uint64) any {
+	if md.GetState() != macpv1.SessionState_SESSION_STATE_OPEN {
+		return nil, pc.s.endedError(ctx, md)
+	}
+	return pc.attachHere(req, p.SessionID, after, stateSeen, func(catchup bool, from uint64) any {
 		return map[string]any{"resumed": true, "catchup": catchup, "sessionId": p.SessionID, "sessionEventId": from}
 	})
 }
@@ -192,6 +202,11 @@ func (pc *protoConn) sessionEnd(ctx context.Context, req *jsonrpc.Request) (any,
 	p, jerr := parseProto(req, true)
 	if jerr != nil {
 		return nil, jerr
+	}
+	// An unknown session, or one the caller may not observe, is an error
+	// that changes nothing.
+	if _, cerr := pc.s.rt.GetSession(ctx, pc.id, p.SessionID); cerr != nil {
+		return nil, macpRPCError(cerr)
 	}
 	pc.mu.Lock()
 	a := pc.att[p.SessionID]
@@ -216,4 +231,23 @@ func (pc *protoConn) detachAll() {
 		a.cancel()
 		<-a.done
 	}
+}
+
+// endedError is session/resume's answer for an ended session: -32000 with a
+// MACPError SESSION_NOT_OPEN naming the session, whose details are the
+// JSON {"sessionEventId": <its last record>, "state": <its final state>},
+// so the client can rehydrate with session/get or read the history over
+// SSE or gRPC (docs/resume.md "Ended sessions").
+func (s *Server) endedError(ctx context.Context, md *macpv1.SessionMetadata) *jsonrpc.Error {
+	sid := md.GetSessionId()
+	var last uint64
+	_ = s.rt.Inspect(ctx, sid, func(ss *session.Session) { last = ss.Seq })
+	details, _ := json.Marshal(map[string]any{"sessionEventId": last, "state": md.GetState().String()})
+	me := &macpv1.MACPError{
+		Code:      string(coord.CodeSessionNotOpen),
+		Message:   fmt.Sprintf("session %s has ended (%s); its final sessionEventId is %d: read it with session/get, or its history over SSE or gRPC", sid, md.GetState(), last),
+		SessionId: sid,
+		Details:   details,
+	}
+	return &jsonrpc.Error{Code: wire.RPCMACPError, Message: me.Code + ": " + me.Message, Data: json.RawMessage(mustCompact(me))}
 }

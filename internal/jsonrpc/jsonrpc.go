@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"reflect"
+	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -87,6 +90,17 @@ func (d *Dispatcher) Handle(ctx context.Context, msg []byte) []byte {
 	if len(t) > 0 && t[0] == '[' {
 		return encode(Response{JSONRPC: Version, ID: null, Error: &Error{Code: CodeInvalidRequest, Message: "batches are not supported: send one request per message"}})
 	}
+	// Member names are exact: encoding/json alone would take "Method" for
+	// "method" and the last of two "method"s.
+	if len(t) > 0 && t[0] == '{' {
+		if bad, dup := checkMembers(msg, requestMembers); bad != "" {
+			m := "unknown member " + strconv.Quote(bad) + " (member names are case-sensitive: jsonrpc, id, method, params)"
+			if dup {
+				m = "duplicate member " + strconv.Quote(bad)
+			}
+			return encode(Response{JSONRPC: Version, ID: null, Error: &Error{Code: CodeInvalidRequest, Message: m}})
+		}
+	}
 	var req Request
 	dec := json.NewDecoder(bytes.NewReader(msg))
 	if err := dec.Decode(&req); err != nil || dec.More() {
@@ -137,8 +151,12 @@ func validID(id json.RawMessage) bool {
 	return false
 }
 
-// Reply encodes the response to a request whose handler returned Deferred.
+// Reply encodes the response to a request whose handler returned Deferred;
+// nil for a notification, which gets no response.
 func Reply(req *Request, result any, err *Error) []byte {
+	if req.IsNotification() {
+		return nil
+	}
 	r := Response{JSONRPC: Version, ID: req.ID}
 	if err != nil {
 		r.Error = err
@@ -153,11 +171,21 @@ func Notify(method string, params any) []byte {
 	return encode(Notification{JSONRPC: Version, Method: method, Params: params})
 }
 
-// Params decodes req.Params into dst strictly (unknown fields are
-// errors); a missing params object is an error too.
+// Params decodes req.Params into dst, a pointer to a struct, strictly:
+// member names must equal dst's json tags exactly (case-sensitive; others
+// are -32602), a duplicated member is -32600, and a missing params object
+// is -32602.
 func Params(req *Request, dst any) *Error {
 	if len(req.Params) == 0 {
 		return &Error{Code: CodeInvalidParams, Message: req.Method + " needs a params object"}
+	}
+	if p := bytes.TrimLeft(req.Params, " \t\r\n"); len(p) > 0 && p[0] == '{' {
+		if bad, dup := checkMembers(p, fieldNames(dst)); bad != "" {
+			if dup {
+				return &Error{Code: CodeInvalidRequest, Message: "duplicate member " + strconv.Quote(bad) + " in the params of " + req.Method}
+			}
+			return &Error{Code: CodeInvalidParams, Message: "invalid params for " + req.Method + ": unknown parameter " + strconv.Quote(bad) + " (names are case-sensitive)"}
+		}
 	}
 	dec := json.NewDecoder(bytes.NewReader(req.Params))
 	dec.DisallowUnknownFields()
@@ -173,4 +201,66 @@ func encode(v any) []byte {
 		b, _ = json.Marshal(Response{JSONRPC: Version, ID: null, Error: &Error{Code: CodeInternalError, Message: "the response could not be encoded"}})
 	}
 	return b
+}
+
+var requestMembers = map[string]bool{"jsonrpc": true, "id": true, "method": true, "params": true}
+
+// checkMembers scans the members of the JSON object b (not nested ones).
+// It returns the first name that is not in allowed (a nil allowed takes
+// any name) or that occurs twice (dup). Malformed JSON returns "": the
+// decoder that follows reports it.
+func checkMembers(b []byte, allowed map[string]bool) (bad string, dup bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return "", false
+	}
+	seen := make(map[string]bool)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		name, ok := tok.(string)
+		if !ok {
+			return "", false
+		}
+		if seen[name] {
+			return name, true
+		}
+		seen[name] = true
+		if allowed != nil && !allowed[name] {
+			return name, false
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// fieldNames are the json names of the struct dst points to; nil (any
+// name) when dst is not a pointer to a struct.
+func fieldNames(dst any) map[string]bool {
+	t := reflect.TypeOf(dst)
+	if t == nil || t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	t = t.Elem()
+	names := make(map[string]bool, t.NumField())
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		names[name] = true
+	}
+	return names
 }

@@ -6,11 +6,12 @@ import (
 )
 
 // Attachments is the runtime-wide part of the rule "one active
-// attachment per caller and session" (docs/resume.md, issue #14): a
-// protocol-mode attachment (session/start, session/resume, on any
-// transport) supersedes the same identity's earlier follows of the same
-// session on the transports that have no protocol mode, gRPC
-// StreamSession. Those transports Track each follow; the protocol-mode
+// connection per caller and session" (docs/resume.md): a protocol-mode
+// attachment (session/start, session/resume, on any transport)
+// supersedes the same identity's earlier follows of the same session:
+// gRPC StreamSession subscriptions, SSE feeds, WebSocket macp/subscribe
+// and earlier protocol-mode attachments, on this node and, through
+// SetPublish, on every node of a cluster. Those transports Track each follow; the protocol-mode
 // transport calls Supersede when it attaches, which ends them (each end
 // func is called once, outside the lock). Follows of other identities and
 // other sessions are untouched, and tracked follows do not supersede each
@@ -18,6 +19,9 @@ import (
 type Attachments struct {
 	mu sync.Mutex
 	m  map[attachKey]map[*attachEntry]struct{}
+	// publish, when set (internal/cluster), carries each Supersede to the
+	// other nodes, which apply it with SupersedeLocal.
+	publish func(sender, sessionID string)
 }
 
 type attachKey struct{ sender, session string }
@@ -64,9 +68,31 @@ func (a *Attachments) Track(sender, sessionID string, end func()) (untrack func(
 	}
 }
 
-// Supersede ends every tracked follow of sessionID by sender and returns
-// how many there were.
+// SetPublish installs (or with nil removes) the function that carries
+// every Supersede to the cluster's other nodes (internal/cluster).
+func (a *Attachments) SetPublish(f func(sender, sessionID string)) {
+	a.mu.Lock()
+	a.publish = f
+	a.mu.Unlock()
+}
+
+// Supersede ends every tracked follow of sessionID by sender on this node,
+// publishes the notice to the other nodes of a cluster (SetPublish), and
+// returns how many follows it ended here.
 func (a *Attachments) Supersede(sender, sessionID string) int {
+	n := a.SupersedeLocal(sender, sessionID)
+	a.mu.Lock()
+	pub := a.publish
+	a.mu.Unlock()
+	if pub != nil {
+		pub(sender, sessionID)
+	}
+	return n
+}
+
+// SupersedeLocal ends every tracked follow of sessionID by sender on this
+// node only (a notice from another node) and returns how many there were.
+func (a *Attachments) SupersedeLocal(sender, sessionID string) int {
 	k := attachKey{sender, sessionID}
 	a.mu.Lock()
 	set := a.m[k]

@@ -35,6 +35,8 @@ func (r *Runtime) Send(ctx context.Context, id coord.Identity, env *macpv1.Envel
 		return nackFor(nil, coord.Errorf(coord.CodeInvalidEnvelope, "envelope is required"), 0)
 	}
 	env.Sender = id.Sender
+	// A SessionStart without session_id gets a minted one (sessionid.go).
+	MintSessionID(env)
 	if cerr := r.admit(ctx, id, env); cerr != nil { // ratelimit.go: sender's rate, ambient relations
 		return nackFor(env, cerr, 0)
 	}

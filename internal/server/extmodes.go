@@ -2,8 +2,11 @@ package server
 
 import (
 	"context"
+	"slices"
+	"strings"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
 )
 
@@ -16,9 +19,18 @@ func (s *Service) ListExtModes(context.Context, *macpv1.ListExtModesRequest) (*m
 	return &macpv1.ListExtModesResponse{Modes: s.rt.Modes().Descriptors(mode.Extension)}, nil
 }
 
-// RegisterExtMode registers a passthrough extension mode.
+// determinismClasses are RFC-MACP-0003 §5's (defined by RFC-MACP-0002).
+var determinismClasses = []string{"structural-only", "semantic-deterministic", "context-frozen", "non-deterministic"}
+
+// RegisterExtMode registers a passthrough extension mode. A
+// determinism_class outside RFC-MACP-0003's classes is refused
+// (INVALID_ENVELOPE); an empty one defaults to structural-only.
 func (s *Service) RegisterExtMode(ctx context.Context, req *macpv1.RegisterExtModeRequest) (*macpv1.RegisterExtModeResponse, error) {
 	id, _ := identityFrom(ctx)
+	if c := req.GetModeDescriptor().GetDeterminismClass(); c != "" && !slices.Contains(determinismClasses, c) {
+		return &macpv1.RegisterExtModeResponse{Ok: false, Error: coord.Errorf(coord.CodeInvalidEnvelope,
+			"determinism_class %q is not one of RFC-MACP-0003 §5's classes: %s (empty: structural-only)", c, strings.Join(determinismClasses, ", ")).Error()}, nil
+	}
 	if err := s.rt.RegisterExtMode(id, req.GetModeDescriptor()); err != nil {
 		return &macpv1.RegisterExtModeResponse{Ok: false, Error: err.Error()}, nil
 	}

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -178,5 +179,30 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// RFC-MACP-0003 §5 names the determinism classes: RegisterExtMode refuses
+// any other (before: "banana" was registered) and registers nothing;
+// each named class, and an empty one (structural-only), is accepted.
+func TestExtModeDeterminismClass(t *testing.T) {
+	e := startApp(t, testConfig())
+	d := extDescriptor()
+	d.DeterminismClass = "banana"
+	r, err := e.c.RegisterExtMode(as("admin"), &macpv1.RegisterExtModeRequest{ModeDescriptor: d})
+	if err != nil || r.Ok || !strings.HasPrefix(r.Error, "INVALID_ENVELOPE") {
+		t.Fatalf("banana: %v %v", r, err)
+	}
+	ext, _ := e.c.ListExtModes(context.Background(), &macpv1.ListExtModesRequest{})
+	if slices.Contains(modeIDs(ext.GetModes()), extMode) {
+		t.Fatal("a refused mode was registered")
+	}
+	for i, c := range []string{"", "structural-only", "semantic-deterministic", "context-frozen", "non-deterministic"} {
+		d := extDescriptor()
+		d.Mode = fmt.Sprintf("%s.c%d", extMode, i)
+		d.DeterminismClass = c
+		if r, err := e.c.RegisterExtMode(as("admin"), &macpv1.RegisterExtModeRequest{ModeDescriptor: d}); err != nil || !r.Ok {
+			t.Fatalf("%q: %v %v", c, r, err)
+		}
 	}
 }

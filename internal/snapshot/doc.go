@@ -32,6 +32,12 @@
 //     are the I/O around them: reading a store, serving HTTP, writing
 //     snapshot files after terminal transitions, off the acceptance path.
 //  6. A cross_session_decay window is informational: it lists subsequent
-//     sessions (same initiator, SessionStart acceptance order) and never
-//     influences admission; replay of a session stays self-contained.
+//     sessions (same initiator, SessionStart acceptance order) that the
+//     caller (Viewer) may observe, and never influences admission; replay
+//     of a session stays self-contained. The Service reads them from an
+//     in-memory index by initiator (index.go), not the store.
+//  7. Client-chosen identifiers (session, message and commitment ids,
+//     senders, participants, the commitment action, the configuration
+//     version) enter a payload only as Opaque digests of (event_source,
+//     server_id, raw id): stable for equal settings, never verbatim.
 package snapshot

@@ -54,6 +54,9 @@ type hist struct {
 	recs []session.Record
 	now  int64
 	n    int
+	// nextID, if set, is the next envelope's message id; commitmentID,
+	// if set, the Commitment's commitment id (default "c1").
+	nextID, commitmentID string
 }
 
 type startOpts struct {
@@ -97,6 +100,9 @@ func (h *hist) send(sender, typ string, payload []byte) *hist {
 		MacpVersion: coord.ProtocolVersion, Mode: decisionMode, MessageType: typ, MessageId: fmt.Sprintf("msg-%d", h.n),
 		SessionId: h.s.ID, Sender: sender, TimestampUnixMs: h.now, Payload: payload,
 	}
+	if h.nextID != "" {
+		env.MessageId, h.nextID = h.nextID, ""
+	}
 	out := h.s.Step(env, h.now, limits)
 	if !out.Accepted() {
 		h.t.Fatalf("%s from %s rejected: %v", typ, sender, out.Err)
@@ -114,8 +120,12 @@ func (h *hist) vote(who, reason string) *hist {
 }
 
 func (h *hist) commit(action, reason string) *hist {
+	cid := h.commitmentID
+	if cid == "" {
+		cid = "c1"
+	}
 	return h.send("coord", coord.TypeCommitment, pb(&macpv1.CommitmentPayload{
-		CommitmentId: "c1", Action: action, AuthorityScope: "team", Reason: reason,
+		CommitmentId: cid, Action: action, AuthorityScope: "team", Reason: reason,
 		ModeVersion: h.s.Binding.ModeVersion, ConfigurationVersion: h.s.Binding.ConfigurationVersion,
 		PolicyVersion: h.s.Binding.PolicyVersion, OutcomePositive: true,
 	}))

@@ -71,8 +71,8 @@ type Source interface {
 	// Records returns the session's durable records in order (store
 	// ErrNotFound for an unknown session).
 	Records(ctx context.Context, sessionID string) ([]session.Record, error)
-	// Starts lists every session's SessionStart (for cross_session_decay
-	// windows).
+	// Starts lists every session's SessionStart (once, to build the
+	// index cross_session_decay windows read).
 	Starts(ctx context.Context) ([]Start, error)
 }
 
@@ -125,7 +125,9 @@ func (s StoreSource) Starts(ctx context.Context) ([]Start, error) {
 	for _, id := range ids {
 		err := s.Store.Read(ctx, id, 1, func(rec session.Record) error {
 			if rec.Envelope != nil {
-				out = append(out, Start{SessionID: id, Initiator: rec.Envelope.Sender, AcceptedAtMs: rec.AcceptedAtMs})
+				var sp macpv1.SessionStartPayload
+				_ = proto.Unmarshal(rec.Envelope.Payload, &sp) // stored: it decoded when accepted
+				out = append(out, Start{SessionID: id, Initiator: rec.Envelope.Sender, Participants: sp.Participants, AcceptedAtMs: rec.AcceptedAtMs})
 			}
 			return errStop
 		})

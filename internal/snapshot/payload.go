@@ -129,22 +129,36 @@ func Build(in Input, o Options) (*Payload, error) {
 	if len(in.Envelopes) == 0 || in.Envelopes[0].GetMessageType() != coord.TypeSessionStart {
 		return nil, fmt.Errorf("%w: history does not begin with a SessionStart", ErrInput)
 	}
+	// Client-chosen identifiers are opaque digests (Opaque), never
+	// verbatim: the session id, sender, initiator, participants, message
+	// and commitment ids, commitment action, configuration version and
+	// subsequent sessions. Protocol names (mode, message types), the
+	// registered mode and policy versions and the key's event source and
+	// server id stay as they are.
+	op := func(raw string) ID { return Opaque(o.EventSource, o.ServerID, raw) }
+	ops := func(raw []string) []ID {
+		out := make([]ID, len(raw))
+		for i, r := range raw {
+			out[i] = op(r)
+		}
+		return out
+	}
 	p := &Payload{
 		Format:               Format,
-		Session:              Key{EventSource: NewID(o.EventSource), ServerID: NewID(o.ServerID), SessionID: NewID(in.SessionID)},
+		Session:              Key{EventSource: NewID(o.EventSource), ServerID: NewID(o.ServerID), SessionID: op(in.SessionID)},
 		Window:               Window{Kind: WindowSession},
 		PrivacyProfile:       o.Profile,
 		Mode:                 NewName(in.Mode),
 		ModeVersion:          NewID(in.ModeVersion),
-		ConfigurationVersion: NewID(in.ConfigurationVersion),
+		ConfigurationVersion: op(in.ConfigurationVersion),
 		PolicyVersion:        NewID(in.PolicyVersion),
 		AcceptedCount:        uint64(len(in.Envelopes)),
-		Initiator:            NewID(in.Initiator),
-		Participants:         IDs(in.Participants),
+		Initiator:            op(in.Initiator),
+		Participants:         ops(in.Participants),
 		Entries:              make([]Entry, len(in.Envelopes)),
 	}
 	if o.DecayRuns > 0 {
-		p.Window = Window{Kind: WindowCrossSessionDecay, DecayRuns: o.DecayRuns, Subsequent: IDs(o.Subsequent)}
+		p.Window = Window{Kind: WindowCrossSessionDecay, DecayRuns: o.DecayRuns, Subsequent: ops(o.Subsequent)}
 	}
 	for i, env := range in.Envelopes {
 		if env.GetSessionId() != in.SessionID {
@@ -152,7 +166,8 @@ func Build(in Input, o Options) (*Payload, error) {
 		}
 		e := Entry{Seq: uint64(i + 1), MessageType: NewName(env.GetMessageType()), Sender: NewID(env.GetSender())}
 		if env.GetSender() != coord.RuntimeSender {
-			e.MessageID = NewID(env.GetMessageId())
+			e.Sender = op(env.GetSender())
+			e.MessageID = op(env.GetMessageId())
 		}
 		if o.Profile == ProfileDefault {
 			e.PayloadSHA256 = HashBytes(env.GetPayload())
@@ -172,7 +187,7 @@ func Build(in Input, o Options) (*Payload, error) {
 		if err := proto.Unmarshal(last.GetPayload(), &c); err != nil {
 			return nil, fmt.Errorf("%w: the resolving Commitment does not decode", ErrInput)
 		}
-		p.Outcome = &Outcome{EndedBy: EndedByCommitment, CommitmentID: NewID(c.CommitmentId), Action: NewName(c.Action), OutcomePositive: c.OutcomePositive}
+		p.Outcome = &Outcome{EndedBy: EndedByCommitment, CommitmentID: op(c.CommitmentId), Action: Name(op(c.Action)), OutcomePositive: c.OutcomePositive}
 	case macpv1.SessionState_SESSION_STATE_EXPIRED:
 		p.State = StateExpired
 		p.Outcome = &Outcome{EndedBy: EndedByTTL}
@@ -231,42 +246,64 @@ func Seal(p *Payload) (Sealed, error) {
 	return Sealed{Payload: p, Bytes: b, ID: HashBytes(b)}, nil
 }
 
-// Start is what Subsequent needs of a session: its id, initiator and the
-// acceptance time and id that order SessionStarts.
+// Start is what Subsequent needs of a session: its id, initiator and
+// declared participants (who may observe it, with observer identities),
+// and the acceptance time and id that order SessionStarts.
 type Start struct {
 	SessionID    string
 	Initiator    string
+	Participants []string
 	AcceptedAtMs int64
 }
 
+// Viewer is the identity a cross_session_decay window is computed for:
+// its candidates are the sessions it may observe (the runtime's read
+// matrix: observer identities see every session, others the ones they
+// initiated or are declared participants of), so one caller gets one id
+// for one state on every path (docs/snapshots.md).
+type Viewer struct {
+	Sender   string
+	Observer bool
+}
+
+// MayObserve reports whether v may observe the session st.
+func (v Viewer) MayObserve(st Start) bool {
+	return v.Observer || (v.Sender != "" && (st.Initiator == v.Sender || slices.Contains(st.Participants, v.Sender)))
+}
+
+// startLess orders SessionStarts: acceptance time, then session id.
+func startLess(a, b Start) bool {
+	return a.AcceptedAtMs < b.AcceptedAtMs || (a.AcceptedAtMs == b.AcceptedAtMs && a.SessionID < b.SessionID)
+}
+
+func startCmp(a, b Start) int {
+	switch {
+	case startLess(a, b):
+		return -1
+	case startLess(b, a):
+		return 1
+	}
+	return 0
+}
+
 // Subsequent returns the ids of up to n sessions started by the same
-// initiator as session `of`, after it, in SessionStart acceptance order
-// (acceptance time, then session id for starts accepted in the same
-// millisecond). It returns nil when `of` is not among starts.
-func Subsequent(starts []Start, of string, n int) []string {
+// initiator as session `of`, after it, that v may observe, in
+// SessionStart acceptance order (acceptance time, then session id for
+// starts accepted in the same millisecond). It returns nil when `of` is
+// not among starts.
+func Subsequent(starts []Start, of string, n int, v Viewer) []string {
 	i := slices.IndexFunc(starts, func(s Start) bool { return s.SessionID == of })
 	if i < 0 || n <= 0 {
 		return nil
 	}
 	me := starts[i]
-	less := func(a, b Start) bool {
-		return a.AcceptedAtMs < b.AcceptedAtMs || (a.AcceptedAtMs == b.AcceptedAtMs && a.SessionID < b.SessionID)
-	}
 	var after []Start
 	for _, s := range starts {
-		if s.Initiator == me.Initiator && less(me, s) {
+		if s.Initiator == me.Initiator && startLess(me, s) && v.MayObserve(s) {
 			after = append(after, s)
 		}
 	}
-	slices.SortFunc(after, func(a, b Start) int {
-		if less(a, b) {
-			return -1
-		}
-		if less(b, a) {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(after, startCmp)
 	out := make([]string, 0, min(n, len(after)))
 	for _, s := range after[:min(n, len(after))] {
 		out = append(out, s.SessionID)

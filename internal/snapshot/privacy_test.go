@@ -73,3 +73,63 @@ func TestPrivacyCanaries(t *testing.T) {
 		}
 	}
 }
+
+// ADR-029: session_id is opaque, and so is every other client-chosen
+// identifier. Revealing session, message, proposal and commitment ids,
+// participants and a commitment action appear in no payload or report,
+// verbatim or in part, in either profile, in session and decay windows;
+// they are replaced by Opaque digests that are the same for equal settings
+// and differ when event_source or server_id differ. Before, they were
+// copied verbatim.
+func TestIdentifierCanaries(t *testing.T) {
+	sid := "alice-ssn-123-45-6789-secret-merger-acme"
+	later := "bob-ssn-987-65-4321-secret-followup-acme"
+	canaries := []string{"ssn-123-45-6789", "secret-merger", "SECRET-salary-150000", "SECRET-layoffs-q3", "SECRET-action-fire-all", "ssn-987-65-4321"}
+	h := newHist(t, startOpts{id: sid})
+	h.nextID = "prop-SECRET-salary-150000"
+	h.propose("r")
+	h.nextID = "vote-SECRET-salary-150000-yes"
+	h.vote("alice", "fine")
+	h.commitmentID = "cid-SECRET-layoffs-q3"
+	h.nextID = "commit-SECRET-layoffs-q3"
+	h.commit("SECRET-action-fire-all", "ok")
+	raw := ""
+	for _, r := range h.recs {
+		raw += r.Envelope.GetSessionId() + r.Envelope.GetMessageId() + string(r.Envelope.GetPayload())
+	}
+	for _, c := range canaries[:5] {
+		if !strings.Contains(raw, c) {
+			t.Fatalf("the check would miss %s: the history does not hold it", c)
+		}
+	}
+	strict := keyOpts
+	strict.Profile = snapshot.ProfileStrict
+	decay := keyOpts
+	decay.DecayRuns, decay.Subsequent = 1, []string{later}
+	for _, o := range []snapshot.Options{keyOpts, strict, decay} {
+		sealed := seal(t, h.recs, o)
+		rep, err := snapshot.NewReport(sealed).Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, text := range []string{string(sealed.Bytes), string(rep)} {
+			for _, c := range canaries {
+				if strings.Contains(strings.ToLower(text), strings.ToLower(c)) {
+					t.Errorf("profile %s decay %d: %s appears in %s", o.Profile, o.DecayRuns, c, text)
+				}
+			}
+		}
+		if want := snapshot.Opaque(o.EventSource, o.ServerID, sid); sealed.Payload.Session.SessionID != want {
+			t.Errorf("session_id %s, want %s", sealed.Payload.Session.SessionID, want)
+		}
+		if oc := sealed.Payload.Outcome; oc == nil || oc.CommitmentID != snapshot.Opaque(o.EventSource, o.ServerID, "cid-SECRET-layoffs-q3") {
+			t.Errorf("outcome %+v", oc)
+		}
+	}
+	// The digest depends on the whole key, and only on it.
+	a := snapshot.Opaque("macpd", "default", sid)
+	if a != snapshot.Opaque("macpd", "default", sid) || a == snapshot.Opaque("macpd", "other", sid) || a == snapshot.Opaque("other", "default", sid) ||
+		snapshot.Opaque("ab", "c", sid) == snapshot.Opaque("a", "bc", sid) {
+		t.Error("Opaque is not a function of (event_source, server_id, id) alone")
+	}
+}

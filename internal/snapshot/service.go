@@ -20,6 +20,9 @@ import (
 type Query struct {
 	Profile   Class // ProfileDefault when empty
 	DecayRuns int   // 0: session window
+	// Viewer is the caller; a cross_session_decay window lists only the
+	// sessions it may observe.
+	Viewer Viewer
 }
 
 // ServiceOptions configure a Service.
@@ -41,6 +44,8 @@ type Service struct {
 	src  Source
 	opts ServiceOptions
 
+	idx *startIndex // SessionStarts by initiator (index.go)
+
 	mu    sync.Mutex
 	cache map[Hash]cached
 	order []Hash // insertion order, for eviction
@@ -60,8 +65,16 @@ func NewService(src Source, o ServiceOptions) (*Service, error) {
 	if o.CacheBytes <= 0 {
 		o.CacheBytes = 32 << 20
 	}
-	return &Service{src: src, opts: o, cache: map[Hash]cached{}}, nil
+	return &Service{src: src, opts: o, idx: newStartIndex(), cache: map[Hash]cached{}}, nil
 }
+
+// NoteStart adds a session to the index cross_session_decay windows read
+// (the App calls it for every lifecycle CREATED event).
+func (s *Service) NoteStart(st Start) { s.idx.note(st) }
+
+// InvalidateIndex makes the next cross_session_decay window rebuild the
+// index from the Source (after the feed calling NoteStart fell behind).
+func (s *Service) InvalidateIndex() { s.idx.invalidate() }
 
 // Snapshot computes the sealed payload of a session from its durable
 // history. Errors are *coord.Error: SESSION_NOT_FOUND, INVALID_ENVELOPE
@@ -89,11 +102,12 @@ func (s *Service) Snapshot(ctx context.Context, sessionID string, q Query) (Seal
 	}
 	o := Options{EventSource: s.opts.EventSource, ServerID: s.opts.ServerID, Profile: q.Profile, DecayRuns: q.DecayRuns}
 	if q.DecayRuns > 0 {
-		starts, err := s.src.Starts(ctx)
+		me := Start{SessionID: sessionID, Initiator: in.Initiator, Participants: in.Participants, AcceptedAtMs: recs[0].AcceptedAtMs}
+		sub, err := s.idx.subsequent(ctx, s.src, me, q.DecayRuns, q.Viewer)
 		if err != nil {
 			return Sealed{}, coord.Errorf(coord.CodeInternalError, "listing sessions: %v", err)
 		}
-		o.Subsequent = Subsequent(starts, sessionID, q.DecayRuns)
+		o.Subsequent = sub
 	}
 	p, err := Build(in, o)
 	if err != nil {
@@ -156,15 +170,14 @@ func (s *Service) Payload(ctx context.Context, addr string) ([]byte, string, err
 		return c.b, c.sessionID, nil
 	}
 	if s.opts.Dir != "" {
+		// The payload names its session by an opaque digest; the
+		// session id authorization needs is in the sidecar file the
+		// server wrote next to it (WriteFiles).
 		b, err := os.ReadFile(payloadPath(s.opts.Dir, Hash(addr)))
 		if err == nil && HashBytes(b) == Hash(addr) {
-			var p struct {
-				Session struct {
-					SessionID string `json:"session_id"`
-				} `json:"session"`
-			}
-			if json.Unmarshal(b, &p) == nil && p.Session.SessionID != "" {
-				return b, p.Session.SessionID, nil
+			sid, err := os.ReadFile(sessionPath(s.opts.Dir, Hash(addr)))
+			if err == nil && len(sid) > 0 {
+				return b, string(sid), nil
 			}
 		}
 	}
@@ -174,8 +187,17 @@ func (s *Service) Payload(ctx context.Context, addr string) ([]byte, string, err
 // Authorize decides whether the caller of r may read the snapshots of
 // sessionID; a non-nil error (a *coord.Error: UNAUTHENTICATED, FORBIDDEN,
 // SESSION_NOT_FOUND) refuses the request. The transport binding passes its
-// own identity check here (the same matrix as GetSession).
-type Authorize func(r *http.Request, sessionID string) error
+// own identity check here (the same matrix as GetSession). It returns
+// the caller: the Viewer its cross_session_decay windows are computed
+// for, and Charge, which takes one unit of the caller's rate limit (a
+// decay window reads other sessions; RATE_LIMITED refuses it).
+type Authorize func(r *http.Request, sessionID string) (Caller, error)
+
+// Caller is the requester as the binding identified it.
+type Caller struct {
+	Viewer Viewer
+	Charge func() error // nil: not charged
+}
 
 // Handler serves
 //
@@ -190,11 +212,12 @@ func (s *Service) Handler(auth Authorize) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /macp/session/{id}/state-window", func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
-		if err := auth(r, id); err != nil {
+		caller, err := auth(r, id)
+		if err != nil {
 			writeError(w, err)
 			return
 		}
-		q := Query{Profile: Class(r.URL.Query().Get("profile"))}
+		q := Query{Profile: Class(r.URL.Query().Get("profile")), Viewer: caller.Viewer}
 		if v := r.URL.Query().Get("decay_runs"); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
@@ -202,6 +225,12 @@ func (s *Service) Handler(auth Authorize) http.Handler {
 				return
 			}
 			q.DecayRuns = n
+			if caller.Charge != nil {
+				if err := caller.Charge(); err != nil {
+					writeError(w, err)
+					return
+				}
+			}
 		}
 		rep, err := s.StateWindow(r.Context(), id, q)
 		if err != nil {
@@ -221,7 +250,7 @@ func (s *Service) Handler(auth Authorize) http.Handler {
 			writeError(w, err)
 			return
 		}
-		if err := auth(r, sid); err != nil {
+		if _, err := auth(r, sid); err != nil {
 			writeError(w, err)
 			return
 		}
@@ -252,6 +281,12 @@ func payloadPath(dir string, h Hash) string {
 	return filepath.Join(dir, "payloads", "sha256-"+strings.TrimPrefix(string(h), "sha256:")+".json")
 }
 
+// sessionPath is where a snapshot directory keeps the id of the session
+// a payload describes (server-side only; never served).
+func sessionPath(dir string, h Hash) string {
+	return filepath.Join(dir, "payloads", "sha256-"+strings.TrimPrefix(string(h), "sha256:")+".session")
+}
+
 // reportPath is where a snapshot directory keeps a session's latest
 // report of a profile.
 func reportPath(dir, sessionID string, profile Class) string {
@@ -280,7 +315,7 @@ func WriteFiles(dir, sessionID string, sealed Sealed) error {
 	for _, f := range []struct {
 		path string
 		b    []byte
-	}{{payloadPath(dir, sealed.ID), sealed.Bytes}, {reportPath(dir, sessionID, sealed.Payload.PrivacyProfile), rep}} {
+	}{{sessionPath(dir, sealed.ID), []byte(sessionID)}, {payloadPath(dir, sealed.ID), sealed.Bytes}, {reportPath(dir, sessionID, sealed.Payload.PrivacyProfile), rep}} {
 		if err := writeAtomic(f.path, f.b); err != nil {
 			return err
 		}

@@ -71,15 +71,18 @@ func TestHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	var asked []string
-	auth := func(r *http.Request, sid string) error {
+	charged := 0
+	auth := func(r *http.Request, sid string) (snapshot.Caller, error) {
 		asked = append(asked, sid)
 		switch r.Header.Get("Authorization") {
 		case "Bearer coord":
-			return nil
+			return snapshot.Caller{Viewer: snapshot.Viewer{Sender: "coord"}, Charge: func() error { charged++; return nil }}, nil
+		case "Bearer limited":
+			return snapshot.Caller{Viewer: snapshot.Viewer{Sender: "coord"}, Charge: func() error { return coord.Errorf(coord.CodeRateLimited, "slow down") }}, nil
 		case "":
-			return coord.Errorf(coord.CodeUnauthenticated, "no credentials")
+			return snapshot.Caller{}, coord.Errorf(coord.CodeUnauthenticated, "no credentials")
 		}
-		return coord.Errorf(coord.CodeForbidden, "not yours")
+		return snapshot.Caller{}, coord.Errorf(coord.CodeForbidden, "not yours")
 	}
 	srv := httptest.NewServer(svc.Handler(auth))
 	defer srv.Close()
@@ -130,8 +133,13 @@ func TestHandler(t *testing.T) {
 	if err := json.Unmarshal(pay, &p); err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(p.Window.Subsequent, []snapshot.ID{sidB}) || p.PrivacyProfile != snapshot.ProfileStrict {
+	if !reflect.DeepEqual(p.Window.Subsequent, []snapshot.ID{snapshot.Opaque("macpd", "default", sidB)}) || p.PrivacyProfile != snapshot.ProfileStrict {
 		t.Errorf("decay payload window %+v profile %s", p.Window, p.PrivacyProfile)
+	}
+	// A decay window is charged to the caller's rate limit; a session
+	// window is not.
+	if charged != 1 {
+		t.Errorf("charged %d times, want 1", charged)
 	}
 
 	for _, c := range []struct {
@@ -143,6 +151,8 @@ func TestHandler(t *testing.T) {
 		{"/macp/session/" + sidD + "/state-window", "coord", 404},
 		{"/macp/session/" + sidA + "/state-window?profile=raw", "coord", 400},
 		{"/macp/session/" + sidA + "/state-window?decay_runs=0", "coord", 400},
+		{"/macp/session/" + sidA + "/state-window?decay_runs=2", "limited", 429},
+		{"/macp/session/" + sidA + "/state-window", "limited", 200},
 		{"/macp/snapshots/" + string(want.ID), "mallory", 403},
 		{"/macp/snapshots/sha256:" + "00000000000000000000000000000000000000000000000000000000000000ff", "coord", 404},
 		{"/macp/snapshots/SHA256:abc", "coord", 400},

@@ -282,18 +282,30 @@ func TestSubsequent(t *testing.T) {
 		{SessionID: "s3", Initiator: "a", AcceptedAtMs: 30},
 		{SessionID: "s0", Initiator: "a", AcceptedAtMs: 5},
 	}
-	got := snapshot.Subsequent(starts, "s1", 2)
+	got := snapshot.Subsequent(starts, "s1", 2, snapshot.Viewer{Observer: true})
 	if !reflect.DeepEqual(got, []string{"s3", "s4"}) {
 		t.Errorf("got %v", got)
 	}
-	if got := snapshot.Subsequent(starts, "s1", 10); !reflect.DeepEqual(got, []string{"s3", "s4", "s5"}) {
+	if got := snapshot.Subsequent(starts, "s1", 10, snapshot.Viewer{Observer: true}); !reflect.DeepEqual(got, []string{"s3", "s4", "s5"}) {
 		t.Errorf("got %v", got)
 	}
-	if got := snapshot.Subsequent(starts, "s2", 3); len(got) != 0 {
+	if got := snapshot.Subsequent(starts, "s2", 3, snapshot.Viewer{Observer: true}); len(got) != 0 {
 		t.Errorf("got %v", got)
 	}
-	if got := snapshot.Subsequent(starts, "nope", 3); got != nil {
+	if got := snapshot.Subsequent(starts, "nope", 3, snapshot.Viewer{Observer: true}); got != nil {
 		t.Errorf("got %v", got)
+	}
+	// Only the sessions the viewer may observe are candidates (issue 27
+	// item 7): carol is a participant of s4 only; the initiator sees all.
+	starts[3].Participants = []string{"carol"}
+	if got := snapshot.Subsequent(starts, "s1", 10, snapshot.Viewer{Sender: "carol"}); !reflect.DeepEqual(got, []string{"s4"}) {
+		t.Errorf("carol got %v", got)
+	}
+	if got := snapshot.Subsequent(starts, "s1", 10, snapshot.Viewer{Sender: "a"}); !reflect.DeepEqual(got, []string{"s3", "s4", "s5"}) {
+		t.Errorf("the initiator got %v", got)
+	}
+	if got := snapshot.Subsequent(starts, "s1", 10, snapshot.Viewer{}); len(got) != 0 {
+		t.Errorf("nobody got %v", got)
 	}
 }
 

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"reflect"
@@ -62,6 +63,29 @@ func NewID(s string) ID {
 		return ID(s)
 	}
 	return ID(HashBytes([]byte(s)))
+}
+
+// opaqueDomain separates Opaque digests from every other SHA-256 input.
+const opaqueDomain = "macpd.snapshot.opaque-id.v1"
+
+// Opaque is the identifier reports and payloads carry in place of a
+// client-chosen one (a session, message or commitment id, a sender or
+// participant, a configuration version, a commitment action): "sha256:"
+// + hex(SHA-256(domain || u64be(len(eventSource)) || eventSource ||
+// u64be(len(serverID)) || serverID || u64be(len(raw)) || raw)). The
+// lengths are fixed-width big-endian, so the bytes hashed, and the id,
+// are the same on every architecture, run and server with equal
+// settings (docs/snapshots.md "Opaque identifiers").
+func Opaque(eventSource, serverID, raw string) ID {
+	h := sha256.New()
+	h.Write([]byte(opaqueDomain))
+	var n [8]byte
+	for _, part := range []string{eventSource, serverID, raw} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write([]byte(part))
+	}
+	return ID("sha256:" + hex.EncodeToString(h.Sum(nil)))
 }
 
 // NewName returns s as a Name when it fits the grammar, else the hash of

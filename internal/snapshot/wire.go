@@ -18,7 +18,8 @@ import (
 // always comes with its whole history (a session still OPEN in the
 // metadata was OPEN when the envelopes were read). With decay > 0 it also
 // lists the subsequent sessions (ListSessions: the ones the caller may
-// see). The Input equals the one the runtime's own history gives.
+// observe, the same candidates as the HTTP report's for that caller). The
+// Input equals the one the runtime's own history gives.
 func FromRuntime(ctx context.Context, rpc macpv1.MACPRuntimeServiceClient, sessionID string, decay int) (Input, []string, error) {
 	envs, err := ReadHistory(ctx, rpc, sessionID)
 	if err != nil {
@@ -36,15 +37,21 @@ func FromRuntime(ctx context.Context, rpc macpv1.MACPRuntimeServiceClient, sessi
 	}
 	var sub []string
 	if decay > 0 {
-		all, err := rpc.ListSessions(ctx, &macpv1.ListSessionsRequest{})
-		if err != nil {
-			return Input{}, nil, err
+		var starts []Start
+		for token := ""; ; {
+			page, err := rpc.ListSessions(ctx, &macpv1.ListSessionsRequest{PageToken: token})
+			if err != nil {
+				return Input{}, nil, err
+			}
+			for _, m := range page.GetSessions() {
+				starts = append(starts, Start{SessionID: m.GetSessionId(), Initiator: m.GetInitiator(), Participants: m.GetParticipants(), AcceptedAtMs: m.GetStartedAtUnixMs()})
+			}
+			if token = page.GetNextPageToken(); token == "" {
+				break
+			}
 		}
-		starts := make([]Start, 0, len(all.GetSessions()))
-		for _, m := range all.GetSessions() {
-			starts = append(starts, Start{SessionID: m.GetSessionId(), Initiator: m.GetInitiator(), AcceptedAtMs: m.GetStartedAtUnixMs()})
-		}
-		sub = Subsequent(starts, sessionID, decay)
+		// The runtime listed only what the caller may observe.
+		sub = Subsequent(starts, sessionID, decay, Viewer{Observer: true})
 	}
 	return InputFromWire(md, envs), sub, nil
 }

@@ -226,6 +226,12 @@
       es.close(); S.feedDone = true;
       feedStatus("Session ended; transcript complete (" + S.lastSeq + " envelopes)");
     });
+    // Final: this identity resumed the session on another connection
+    // (session/resume makes it the only active one); do not reconnect.
+    es.addEventListener("superseded", () => {
+      es.close(); S.feedDone = true; S.superseded = true;
+      feedStatus("Stopped after seq " + S.lastSeq + ": you resumed this session on another connection");
+    });
     es.onerror = async () => {
       es.close();
       if (gen !== S.feedGen || S.feedDone) return;
