@@ -165,4 +165,13 @@ func TestInitializeAdvertisesResume(t *testing.T) {
 	if f[httpapi.ResumeCapability] == "" || f[httpapi.ResumeCapability+".replay_window"] != "0" || f["ext_mode_lifecycle"] != "true" {
 		t.Fatalf("experimental features %v", f)
 	}
+	// GetManifest says the same (as /.well-known/macp.json does).
+	m, err := c.GetManifest(context.Background(), &macpv1.GetManifestRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := m.GetManifest().GetMetadata()
+	if md["experimental."+httpapi.ResumeCapability] != f[httpapi.ResumeCapability] || md["experimental."+httpapi.ResumeCapability+".replay_window"] != "0" {
+		t.Fatalf("manifest metadata %v", md)
+	}
 }

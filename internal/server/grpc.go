@@ -369,6 +369,12 @@ func (s *Service) GetManifest(_ context.Context, req *macpv1.GetManifestRequest)
 		OutputContentTypes: []string{"application/macp-envelope+proto"},
 		Metadata:           map[string]string{"runtime": i.Name, "version": i.Version, "profile": s.rt.Profile(), "profiles": strings.Join(coord.Profiles, ",")},
 	}
+	// The extra capabilities Initialize advertises (the HTTP listener's
+	// protocol-mode session resume and its replay window), as
+	// /.well-known/macp.json names them.
+	for k, v := range s.opts.Experimental {
+		m.Metadata["experimental."+k] = v
+	}
 	if i.Endpoint != "" {
 		m.TransportEndpoints = []*macpv1.TransportEndpoint{{
 			Transport:    "macp.transport.grpc.v1",
