@@ -31,6 +31,9 @@ import (
 // a missing browser fails the test, elsewhere it is skipped with a message.
 func chromiumPath(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("browser test: make test-all (runs without -short)")
+	}
 	p, err := exec.LookPath("chromium")
 	if err == nil {
 		err = exec.Command(p, "--version").Run()
