@@ -23,6 +23,14 @@ if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
   echo "release: the checkout has uncommitted changes; the binaries will say 'modified'" >&2
 fi
 mkdir -p "$dist"
+dist=$(cd "$dist" && pwd)
+# Go stamps VCS information only when the repository root has a .git
+# directory: a git worktree (.git is a file) or an export gets none, and
+# the binaries could not say which commit they are.
+if [ ! -d .git ]; then
+  echo "release: $(pwd) is not a git clone (.git is not a directory): Go would not stamp the commit into the binaries; run it in a clone" >&2
+  exit 1
+fi
 # GOFLAGS may say -buildvcs=false (CI does, for its test builds): a release
 # is stamped.
 export CGO_ENABLED=0 GOFLAGS="-buildvcs=true -trimpath"
@@ -32,11 +40,12 @@ for t in $(printf '%s\n' $targets $images | sort -u); do
     out="$dist/$cmd-$os-$arch"
     echo "build $out"
     GOOS=$os GOARCH=$arch go build -ldflags='-s -w' -o "$out" "./cmd/$cmd"
+    go version -m "$out" | grep -q "vcs.revision=$rev" || { echo "release: $out carries no vcs.revision=$rev" >&2; exit 1; }
   done
 done
 tool="$dist/.image-tool"
 if [ -n "$images" ]; then
-  (cd deploy/image && GOOS= GOARCH= go build -o "../../$tool" .)
+  (cd deploy/image && GOOS= GOARCH= CGO_ENABLED=0 go build -o "$tool" .)
   for t in $images; do
     arch=${t#*/}
     "$tool" build --macpd "$dist/macpd-linux-$arch" --macpctl "$dist/macpctl-linux-$arch" --arch "$arch" \
