@@ -32,6 +32,11 @@ GODEBUG=asyncpreemptoff=1 GOARCH=386 CGO_ENABLED=0 go test -count=1 -exec qemu-i
 echo "--- SDK projection property, full count"
 go test -count=1 -run TestProjectionAgreesWithRuntime -v ./sdk | grep -E '^(---|ok|FAIL|PASS)|histories'
 
+# The image builder is its own module (deploy/image/go.mod): go test ./...
+# at the root does not reach it.
+echo "--- deploy/image: vet and tests"
+(cd deploy/image && go vet ./... && go test -count=1 ./...)
+
 echo "--- black-box conformance (macpctl conformance against macpd)"
 go build -o bin/ ./cmd/...
 addr=127.0.0.1:50551

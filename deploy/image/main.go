@@ -298,6 +298,9 @@ func Verify(path, revision string) (string, error) {
 	return line, nil
 }
 
+// hostArch is this machine's GOARCH (the architecture verify can run).
+func hostArch() string { return runtime.GOARCH }
+
 // extract writes the file name of the image's flattened filesystem to dst
 // (mode 0755).
 func extract(img v1.Image, name, dst string) error {
