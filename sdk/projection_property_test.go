@@ -118,7 +118,7 @@ func TestProjectionAgreesWithRuntime(t *testing.T) {
 	n := *propHistories
 	if n <= 0 {
 		n = 10000
-		if raceEnabled {
+		if raceEnabled || testing.Short() { // the full count: make test-all (scripts/test-extra.sh)
 			n = 1000
 		}
 	}

@@ -290,6 +290,9 @@ func assertNoCanary(t *testing.T, where, text string) {
 // a rejected envelope) appears in payloads, reports or debug logs, in
 // plain, hex or base64 form (ADR-029 §3).
 func TestSnapshotIDsAcrossProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds macpd and runs it twice: make test-all")
+	}
 	// The canary forms catch an embedded, base64-encoded canary.
 	probe := base64.StdEncoding.EncodeToString([]byte("xy" + canaries[3] + "z"))
 	found := false

@@ -161,7 +161,8 @@ func (p *Program) printUsage(w io.Writer) {
 	fmt.Fprintf(w, `  help      this list; "%s help COMMAND" shows a command's flags
 
 Every command takes the connection flags, before or after its name:
-  --addr HOST:PORT   runtime address (default 127.0.0.1:50051, env MACP_ADDR)
+  --addr HOST:PORT   runtime's gRPC address (default 127.0.0.1:50051, env MACP_ADDR;
+                     a HOST without a port means port 50051)
   --agent ID         dev bearer identity (env MACP_AGENT)
   --token TOKEN      bearer token (env MACP_TOKEN)
   --insecure         plaintext connection (implied by env MACP_ALLOW_INSECURE=1)
@@ -191,7 +192,7 @@ func (c *CLI) registerConnFlags() {
 	if addr == "" {
 		addr = "127.0.0.1:50051"
 	}
-	c.FS.StringVar(&c.Conn.Addr, "addr", addr, "runtime address (env MACP_ADDR)")
+	c.FS.StringVar(&c.Conn.Addr, "addr", addr, "runtime's gRPC address; without a port, port 50051 (env MACP_ADDR)")
 	c.FS.StringVar(&c.Conn.Agent, "agent", "", "dev bearer identity: the token is the agent id (env MACP_AGENT)")
 	c.FS.StringVar(&c.Conn.Token, "token", "", "bearer token (env MACP_TOKEN)")
 	c.FS.BoolVar(&c.Conn.Insecure, "insecure", Truthy(c.Env("MACP_ALLOW_INSECURE")), "plaintext connection (env MACP_ALLOW_INSECURE=1)")
@@ -286,7 +287,8 @@ func (c *CLI) Dial() (*sdk.Client, error) {
 	if insecure {
 		opts = append(opts, sdk.WithInsecure())
 	}
-	return sdk.Dial(c.Ctx, f.Addr, opts...)
+	c.Conn.Addr = DialAddr(f.Addr) // hints name the address dialed
+	return sdk.Dial(c.Ctx, c.Conn.Addr, opts...)
 }
 
 // Call runs fn with a client and the per-call timeout.

@@ -3,6 +3,7 @@ package clikit
 import (
 	"crypto/tls"
 	"errors"
+	"net"
 	"strings"
 
 	"github.com/macpd/macpd/sdk"
@@ -68,6 +69,28 @@ func (c *CLI) clientCertificate() (*tls.Certificate, error) {
 	return &cert, nil
 }
 
+// DefaultPort is the port an address without one is given: macpd's
+// default gRPC port.
+const DefaultPort = "50051"
+
+// DialAddr returns addr with DefaultPort when it names a host without a
+// port ("localhost", "10.0.0.7", "::1", "[::1]"); gRPC would otherwise
+// dial port 443. Addresses with a port, and gRPC target URIs
+// ("dns:///host:port", "unix:///path"), are returned as they are.
+func DialAddr(addr string) string {
+	if addr == "" || strings.Contains(addr, "://") || strings.HasPrefix(addr, "unix:") {
+		return addr
+	}
+	if _, _, err := net.SplitHostPort(addr); err == nil {
+		return addr
+	}
+	host := strings.TrimSuffix(strings.TrimPrefix(addr, "["), "]")
+	if strings.Contains(host, ":") && net.ParseIP(host) == nil {
+		return addr // not a host name or an IP address: let the dialer say what is wrong
+	}
+	return net.JoinHostPort(host, DefaultPort)
+}
+
 // hint returns a sentence naming the likely fix for a failed call, or "".
 func (c *CLI) hint(err error) string {
 	var se *sdk.Error
@@ -86,6 +109,11 @@ func (c *CLI) hint(err error) string {
 	switch {
 	case strings.Contains(msg, "certificate signed by unknown authority"), strings.Contains(msg, "certificate is not trusted"):
 		return "the runtime's certificate is not signed by a CA this machine trusts: pass --tls-ca FILE with the CA (for a self-signed certificate, the certificate itself)"
+	case strings.Contains(msg, "looked like an HTTP/1.1 header"), strings.Contains(msg, "HTTP/1.1 header"):
+		// grpc-go read an HTTP/1.1 answer to its HTTP/2 preface: an HTTP
+		// listener, most often macpd's own (MACP_HTTP_ADDR).
+		return addr + " is macpd's HTTP port (or another HTTP/1.1 server), not its gRPC listener: use the gRPC address " +
+			"(macpd's --addr / MACP_BIND_ADDR, default 127.0.0.1:50051) with --addr HOST:PORT or MACP_ADDR"
 	case strings.Contains(msg, "first record does not look like a TLS handshake"):
 		return "the runtime at " + addr + " speaks plaintext: pass --insecure (or set MACP_ALLOW_INSECURE=1)"
 	case c.Conn.Insecure && c.Conn.TLSCA == "" && (strings.Contains(msg, "server preface") || strings.Contains(msg, "EOF") ||

@@ -31,6 +31,9 @@ import (
 // a missing browser fails the test, elsewhere it is skipped with a message.
 func chromiumPath(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("browser test: make test-all (runs without -short)")
+	}
 	p, err := exec.LookPath("chromium")
 	if err == nil {
 		err = exec.Command(p, "--version").Run()
@@ -213,7 +216,13 @@ func TestConsoleInChromium(t *testing.T) {
 		}
 	}
 
-	run("open the console", chromedp.EmulateViewport(1280, 800), chromedp.Navigate(base+"/console/?agent=coord"))
+	// issue 28: opened without ?agent= in development mode, the console
+	// says how to pick an identity instead of a bare UNAUTHENTICATED.
+	run("open the console without an identity", chromedp.EmulateViewport(1280, 800), chromedp.Navigate(base+"/console/"))
+	wait("the ?agent= hint", `document.getElementById("whoami").textContent.includes("/console/?agent=ID") && `+
+		`document.getElementById("error").textContent.includes("UNAUTHENTICATED") && document.getElementById("error").textContent.includes("?agent=ID")`)
+
+	run("open the console", chromedp.Navigate(base+"/console/?agent=coord"))
 	eval(`window.__sameDocument = true`, nil)
 	wait("the identity", `document.getElementById("whoami").textContent === "Signed in as coord"`)
 	wait("the dev banner", `!document.getElementById("dev-banner").hidden`)

@@ -22,6 +22,9 @@ import (
 // missing tool skips its test with a message, under CI=true it fails.
 func requireTool(t *testing.T, name string, check ...string) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("outside-client test: make test-all (runs without -short)")
+	}
 	path, err := exec.LookPath(name)
 	if err == nil && len(check) > 0 {
 		err = exec.Command(path, check...).Run()

@@ -38,10 +38,17 @@
     return body;
   }
 
+  // devHint: in development mode an UNAUTHENTICATED answer to a page
+  // without an identity most likely means it was opened without ?agent=ID.
+  function devHint(e) {
+    if (!S.dev || S.agent || S.token || !e || e.status !== 401) return "";
+    return " — development mode: open the console as " + location.pathname + "?agent=ID (for example ?agent=coord) to act as a dev identity";
+  }
+
   function showError(e) {
     const p = $("error");
     if (!e) { p.hidden = true; p.textContent = ""; return; }
-    p.hidden = false; p.textContent = String(e.message || e);
+    p.hidden = false; p.textContent = String(e.message || e) + devHint(e);
   }
 
   // --- identity --------------------------------------------------------
@@ -55,7 +62,7 @@
       w.textContent = "Signed in as " + S.sender;
     } catch (e) {
       S.sender = "";
-      w.textContent = e.status === 401 ? "Not signed in" : "Identity unknown (" + e.message + ")";
+      w.textContent = e.status === 401 ? "Not signed in" + devHint(e) : "Identity unknown (" + e.message + ")";
     }
   }
 

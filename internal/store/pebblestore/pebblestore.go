@@ -243,6 +243,9 @@ func Open(dir string, o Options) (*Store, error) {
 	}
 	db, err := pebble.Open(dir, po)
 	if err != nil {
+		if lerr := lockedError(dir, err, o.FS == vfs.Default); lerr != nil {
+			return nil, lerr
+		}
 		if pebble.IsCorruptionError(err) {
 			return nil, fmt.Errorf("pebblestore: open %s: %w: %w", dir, store.ErrCorrupt, err)
 		}
