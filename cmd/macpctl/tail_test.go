@@ -100,7 +100,9 @@ func TestTailStopsWhenSuperseded(t *testing.T) {
 	go func() {
 		done <- run(context.Background(), []string{"tail", sid, "--agent", "alice"}, func(k string) string { return r.env[k] }, &out, &errOut)
 	}()
-	waitFor(t, func() bool { return strings.Count(out.String(), "\n") >= 1 && a.Runtime().Attachments().Tracked("alice", sid) == 1 })
+	waitFor(t, func() bool {
+		return strings.Count(out.String(), "\n") >= 1 && a.Runtime().Attachments().Tracked("alice", sid) == 1
+	})
 	a.Runtime().Attachments().Supersede("alice", sid)
 	select {
 	case code := <-done:
