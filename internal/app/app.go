@@ -27,14 +27,16 @@ import (
 	"github.com/macpd/macpd/internal/store/memstore"
 	"github.com/macpd/macpd/internal/store/pebblestore"
 	"github.com/macpd/macpd/internal/tlsconf"
+	"github.com/macpd/macpd/internal/version"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 )
 
-// Version is the macpd release, set at link time.
-var Version = "0.1.0-dev"
+// Version is the version macpd reports to clients (Initialize,
+// GetManifest): read from the build information (internal/version).
+var Version = version.Current()
 
 // App is one running macpd.
 type App struct {

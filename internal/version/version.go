@@ -80,3 +80,31 @@ func Line(program string) string {
 	}
 	return in.String(program)
 }
+
+// Short is the version a running macpd reports to clients (Initialize
+// runtime_info.version, GetManifest): the module version when the binary
+// was built from a tagged module (`go install ...@v0.3.0` gives "v0.3.0"),
+// else "devel" with the first 12 digits of the VCS revision and "+dirty"
+// when the tree was modified, else "devel".
+func (in Info) Short() string {
+	if in.Version != "" && in.Version != "(devel)" {
+		return in.Version
+	}
+	s := "devel"
+	if in.Revision != "" {
+		s += "+" + in.Revision[:min(12, len(in.Revision))]
+		if in.Modified {
+			s += ".dirty"
+		}
+	}
+	return s
+}
+
+// Current is Read().Short(), "devel" without build information.
+func Current() string {
+	in, ok := Read()
+	if !ok {
+		return "devel"
+	}
+	return in.Short()
+}

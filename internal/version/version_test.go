@@ -26,3 +26,20 @@ func TestLine(t *testing.T) {
 		t.Fatalf("Line = %q", l)
 	}
 }
+
+func TestShort(t *testing.T) {
+	for _, tc := range []struct {
+		in   Info
+		want string
+	}{
+		{Info{Version: "v0.3.0", Revision: "0123456789abcdef"}, "v0.3.0"},
+		{Info{Version: "(devel)", Revision: "0123456789abcdef"}, "devel+0123456789ab"},
+		{Info{Version: "(devel)", Revision: "0123456789abcdef", Modified: true}, "devel+0123456789ab.dirty"},
+		{Info{Version: "(devel)"}, "devel"},
+		{Info{}, "devel"},
+	} {
+		if got := tc.in.Short(); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
