@@ -52,6 +52,14 @@ type LimitsConfig struct {
 	// StreamBufferBudgetBytes bounds what all streams hold together
 	// (MACP_STREAM_BUFFER_BUDGET_BYTES, --stream-buffer-budget). Not 0.
 	StreamBufferBudgetBytes int64
+	// StreamBufferIdentityBytes bounds what the streams of one identity
+	// hold together, and StreamBufferSessionBytes what the streams of one
+	// session hold together; an identity or session that holds nothing may
+	// always take one record (MACP_STREAM_BUFFER_IDENTITY_BYTES,
+	// --stream-buffer-identity-bytes; MACP_STREAM_BUFFER_SESSION_BYTES,
+	// --stream-buffer-session-bytes). 0 = 1/8 (1/4) of
+	// StreamBufferBudgetBytes: 32 MiB (64 MiB) by default.
+	StreamBufferIdentityBytes, StreamBufferSessionBytes int64
 	// StreamStallTimeout ends a stream whose client took nothing for this
 	// long while records were waiting for it, with RATE_LIMITED; the
 	// client resumes from its cursor (MACP_STREAM_STALL_TIMEOUT_MS,
@@ -129,6 +137,8 @@ func (c *Config) validateLimits() []error {
 		errs = append(errs, fmt.Errorf("MACP_STREAM_BUFFER_BUDGET_BYTES (--stream-buffer-budget) %d must be at least MACP_STREAM_BUFFER_BYTES (%d)",
 			l.StreamBufferBudgetBytes, l.StreamBufferBytes))
 	}
+	nonNegative("MACP_STREAM_BUFFER_IDENTITY_BYTES (--stream-buffer-identity-bytes)", l.StreamBufferIdentityBytes)
+	nonNegative("MACP_STREAM_BUFFER_SESSION_BYTES (--stream-buffer-session-bytes)", l.StreamBufferSessionBytes)
 	if l.MaxConcurrentStreams < 0 || int64(l.MaxConcurrentStreams) > math.MaxUint32 {
 		errs = append(errs, fmt.Errorf("MACP_MAX_CONCURRENT_STREAMS (--max-concurrent-streams) %d must be between 0 (no limit) and %d",
 			l.MaxConcurrentStreams, uint32(math.MaxUint32)))
@@ -212,6 +222,8 @@ func (c *Config) limitsFromEnv(lookup Env) []error {
 	}
 	integer64("MACP_STREAM_BUFFER_BYTES", &l.StreamBufferBytes)
 	integer64("MACP_STREAM_BUFFER_BUDGET_BYTES", &l.StreamBufferBudgetBytes)
+	integer64("MACP_STREAM_BUFFER_IDENTITY_BYTES", &l.StreamBufferIdentityBytes)
+	integer64("MACP_STREAM_BUFFER_SESSION_BYTES", &l.StreamBufferSessionBytes)
 	return errs
 }
 
@@ -249,6 +261,10 @@ func (c *Config) registerLimitFlags(fs *flag.FlagSet) {
 		"bytes one stream may hold for a client that has not read them (MACP_STREAM_BUFFER_BYTES)")
 	fs.Int64Var(&l.StreamBufferBudgetBytes, "stream-buffer-budget", l.StreamBufferBudgetBytes,
 		"bytes all streams may hold together (MACP_STREAM_BUFFER_BUDGET_BYTES)")
+	fs.Int64Var(&l.StreamBufferIdentityBytes, "stream-buffer-identity-bytes", l.StreamBufferIdentityBytes,
+		"bytes the streams of one identity may hold together, 0 = 1/8 of the budget (MACP_STREAM_BUFFER_IDENTITY_BYTES)")
+	fs.Int64Var(&l.StreamBufferSessionBytes, "stream-buffer-session-bytes", l.StreamBufferSessionBytes,
+		"bytes the streams of one session may hold together, 0 = 1/4 of the budget (MACP_STREAM_BUFFER_SESSION_BYTES)")
 	fs.DurationVar(&l.StreamStallTimeout, "stream-stall-timeout", l.StreamStallTimeout,
 		"end a stream whose client took nothing for this long, 0 = never (MACP_STREAM_STALL_TIMEOUT_MS)")
 	fs.DurationVar(&l.KeepaliveMinTime, "keepalive-min-time", l.KeepaliveMinTime,

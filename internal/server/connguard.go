@@ -51,6 +51,46 @@ type guardedConn struct {
 	called atomic.Bool
 	timer  atomic.Pointer[time.Timer]
 	once   sync.Once
+
+	wmu     sync.Mutex
+	windows map[*sendWindow]struct{} // stream windows of its calls (sendrelease.go)
+	closed  bool                     // guarded by wmu
+}
+
+// addWindow ties sw to c: sw closes when c does (at once if it has).
+func (c *guardedConn) addWindow(sw *sendWindow) {
+	c.wmu.Lock()
+	if c.closed {
+		c.wmu.Unlock()
+		sw.w.Close()
+		return
+	}
+	if c.windows == nil {
+		c.windows = map[*sendWindow]struct{}{}
+	}
+	c.windows[sw] = struct{}{}
+	sw.conn = c
+	c.wmu.Unlock()
+}
+
+// removeWindow unties sw (it closed).
+func (c *guardedConn) removeWindow(sw *sendWindow) {
+	c.wmu.Lock()
+	delete(c.windows, sw)
+	c.wmu.Unlock()
+}
+
+// closeWindows closes the windows of c's calls: nothing they handed to
+// gRPC will be written any more, so their charges go back now.
+func (c *guardedConn) closeWindows() {
+	c.wmu.Lock()
+	c.closed = true
+	ws := c.windows
+	c.windows = nil
+	c.wmu.Unlock()
+	for sw := range ws {
+		sw.w.Close()
+	}
 }
 
 func (c *guardedConn) Close() error {
@@ -64,7 +104,9 @@ func (c *guardedConn) Close() error {
 		g.mu.Unlock()
 		c.markCalled() // no longer waiting: stops the first-call timer
 	})
-	return c.Conn.Close()
+	err := c.Conn.Close()
+	c.closeWindows()
+	return err
 }
 
 type guardListener struct {
@@ -140,6 +182,17 @@ func (g *connGuard) callSeen(ctx context.Context) {
 	if gc != nil {
 		gc.markCalled()
 	}
+}
+
+// connOf returns the guarded connection of the call in ctx, if any.
+func (g *connGuard) connOf(ctx context.Context) *guardedConn {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.byAddr[p.Addr]
 }
 
 // unarySeen and streamSeen are the first interceptors of their chains.

@@ -424,7 +424,7 @@ func (s *Service) WatchSignals(_ *macpv1.WatchSignalsRequest, stream grpc.Server
 	// The encoded copy gRPC keeps until the client reads is charged to the
 	// stream buffers (runtime/streambudget.go): a watcher that does not
 	// read waits here, its subscription fills up and it is dropped.
-	sw := newSendWindow(s.rt)
+	sw := s.newSendWindow(stream.Context())
 	defer sw.end()
 	w := sw.w
 	for {
