@@ -50,10 +50,16 @@ func newHTTP(cfg config.Config, rt *runtime.Runtime, authn auth.Authenticator, s
 		MaxStreamsPerIdentity: l.MaxStreamsPerIdentity,
 		MaxStreamsPerSession:  l.MaxStreamsPerSession,
 		MaxConnections:        l.MaxConnections,
-		TLS:                   tlsCfg,
-		Logger:                a.log,
-		BaseURLFunc:           a.httpBaseURL,
-		ReplayWindow:          cfg.Resume.ReplayWindow,
+		// Same caps and first-request deadline as the gRPC listener
+		// (counted per listener); httpapi/listener.go.
+		MaxConnectionsPerAddr:     l.MaxConnectionsPerAddr,
+		MaxConnectionsPerPrefix64: l.MaxConnectionsPerPrefix64,
+		FirstRequestTimeout:       l.FirstCallTimeout,
+		BodyTimeout:               cfg.HTTP.BodyTimeout,
+		TLS:                       tlsCfg,
+		Logger:                    a.log,
+		BaseURLFunc:               a.httpBaseURL,
+		ReplayWindow:              cfg.Resume.ReplayWindow,
 	})
 }
 
