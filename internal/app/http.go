@@ -39,6 +39,8 @@ func newHTTP(cfg config.Config, rt *runtime.Runtime, authn auth.Authenticator, s
 		},
 		BaseURL:               "", // set by Start once the address is bound
 		CORSOrigins:           cfg.HTTP.Origins(),
+		Hosts:                 cfg.HTTP.HostList(), // MACP_HTTP_HOSTS; httpapi/host.go
+		DevHosts:              cfg.AllowInsecure,
 		KeepAlive:             cfg.HTTP.KeepAlive,
 		WriteTimeout:          cfg.HTTP.WriteTimeout,
 		MaxSubscriptions:      cfg.HTTP.MaxSubscriptions,

@@ -48,7 +48,7 @@ type HTTPConfig struct {
 	// Hosts are the Host header values the listener answers besides its
 	// own address (and, in development mode, the localhost forms),
 	// comma-separated host or host:port; a request naming another host
-	// gets 421 (DNS rebinding) (MACP_HTTP_HOSTS, --http-hosts).
+	// gets 403 FORBIDDEN (DNS rebinding) (MACP_HTTP_HOSTS, --http-hosts).
 	Hosts string
 }
 

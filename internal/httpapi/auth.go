@@ -166,10 +166,15 @@ func newCORS(origins []string) *cors {
 	return c
 }
 
-// sameOrigin reports whether origin names the host r was sent to.
+// sameOrigin reports whether origin names the scheme and host r was sent
+// to (https for a request over TLS, else http).
 func sameOrigin(r *http.Request, origin string) bool {
 	u, err := url.Parse(origin)
-	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host)
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host) && strings.EqualFold(u.Scheme, scheme)
 }
 
 func (c *cors) wrap(next http.Handler) http.Handler {

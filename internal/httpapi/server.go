@@ -30,6 +30,10 @@ type Options struct {
 	BaseURLFunc func() string
 	// CORSOrigins are the browser origins allowed cross-origin ("*" = any).
 	CORSOrigins []string
+	// Hosts are the Host values served besides the listener's own
+	// address; DevHosts adds the localhost forms (host.go).
+	Hosts    []string
+	DevHosts bool
 	// KeepAlive: SSE comment and WebSocket ping interval (15 s).
 	KeepAlive time.Duration
 	// WriteTimeout bounds each streamed write (10 s).
@@ -162,9 +166,9 @@ func New(rt *runtime.Runtime, a auth.Authenticator, opts Options) *Server {
 // authenticate and WriteError / WriteJSON to answer.
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
-// Handler is the binding's root handler (the request-body deadline, CORS
-// and origin check, then the routes).
-func (s *Server) Handler() http.Handler { return s.bodyDeadline(s.cors.wrap(s.mux)) }
+// Handler is the binding's root handler (the request-body deadline, the
+// Host check, CORS and origin check, then the routes).
+func (s *Server) Handler() http.Handler { return s.bodyDeadline(s.checkHost(s.cors.wrap(s.mux))) }
 
 // maxBody is the largest request body or WebSocket message accepted.
 func (s *Server) maxBody() int64 { return 2*int64(s.opts.MaxPayloadBytes) + 64<<10 }

@@ -152,7 +152,7 @@ func TestNeverReadingHTTPFollowersStayWithinTheStreamBudget(t *testing.T) {
 				_ = tc.SetReadBuffer(16 << 10)
 			}
 			sse[i] = c
-			_, err = fmt.Fprintf(c, "GET /macp/session/%s/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice\r\n\r\n", sid)
+			_, err = fmt.Fprintf(c, "GET /macp/session/%s/events HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer alice\r\n\r\n", sid) // a Host the listener serves (dev mode)
 			if err != nil {
 				errs <- err
 			}
