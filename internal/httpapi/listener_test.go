@@ -89,7 +89,7 @@ func TestHTTPListenerRefusesBeyondCapsAtAccept(t *testing.T) {
 			for {
 				conn := rawConn(t, e)
 				_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
-				if _, err := conn.Write([]byte("GET /.well-known/macp.json HTTP/1.1\r\nHost: "+e.a.HTTPAddr()+"\r\n\r\n")); err == nil {
+				if _, err := conn.Write([]byte("GET /.well-known/macp.json HTTP/1.1\r\nHost: " + e.a.HTTPAddr() + "\r\n\r\n")); err == nil {
 					if resp, err := http.ReadResponse(bufio.NewReader(conn), nil); err == nil && resp.StatusCode == http.StatusOK {
 						break
 					}
@@ -145,7 +145,7 @@ func TestHTTPListenerBodyDeadline(t *testing.T) {
 	cfg.Limits.FirstCallTimeout = time.Hour // only the body deadline acts
 	e := startAppTLS(t, cfg)
 	c := rawConn(t, e)
-	if _, err := c.Write([]byte("POST /macp/envelope HTTP/1.1\r\nHost: "+e.a.HTTPAddr()+"\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")); err != nil {
+	if _, err := c.Write([]byte("POST /macp/envelope HTTP/1.1\r\nHost: " + e.a.HTTPAddr() + "\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")); err != nil {
 		t.Fatal(err)
 	}
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
