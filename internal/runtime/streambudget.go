@@ -12,6 +12,7 @@ import (
 
 	"github.com/macpd/macpd/internal/clock"
 	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/limits"
 	"github.com/macpd/macpd/internal/session"
 	"google.golang.org/protobuf/proto"
 )
@@ -135,6 +136,7 @@ type StreamBudget struct {
 	barHeld, barEmpty bool
 	lastLog           time.Time // last throttle line
 	unlogged          int64     // throttles since the last line
+	stallLog          *limits.LogEvery
 
 	usedGauge atomic.Int64 // used, for metrics without the lock
 	windows   atomic.Int64
@@ -183,6 +185,7 @@ func NewStreamBudget(o StreamBudgetOptions, c clock.Clock) *StreamBudget {
 	return &StreamBudget{
 		opts: o, clock: clock.OrReal(c),
 		identities: map[string]*holder{}, sessions: map[string]*holder{},
+		stallLog: limits.NewLogEvery(o.Logger, throttleLogEvery),
 	}
 }
 
@@ -335,8 +338,15 @@ func detach(m map[string]*holder, h *holder, name string, held int64) {
 	}
 }
 
-// errStalled is the error that ends a stalled stream (see above).
+// errStalled is the error that ends a stalled stream (see above); the
+// stall is logged (at most one line per throttleLogEvery).
+// The caller does not hold b.mu.
 func errStalled(w *StreamWindow, held int64) *coord.Error {
+	w.b.mu.Lock()
+	identity, sessID := w.identity, w.sessID
+	w.b.mu.Unlock()
+	w.b.stallLog.Warn("stream-stalled", "stream buffers: a stream was ended because its client took nothing (MACP_STREAM_STALL_TIMEOUT_MS)",
+		"identity", identity, "session", sessID, "held_bytes", held, "stall_timeout", w.b.opts.StallTimeout)
 	return coord.Errorf(coord.CodeRateLimited,
 		"stream stalled: the client took nothing for %v while %d bytes were waiting for it; resume from the last sequence number received",
 		w.b.opts.StallTimeout, held)

@@ -1,10 +1,13 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -252,4 +255,38 @@ func TestStreamWindowWaiterLeaves(t *testing.T) {
 	if u := b.Stats().Used; u != 0 {
 		t.Fatalf("used %d", u)
 	}
+}
+
+// Issue 26 item 7: a throttled identity and a stalled stream each leave a
+// log line, at most one per interval however often they happen.
+func TestStreamBudgetLogsAbuse(t *testing.T) {
+	var buf bytes.Buffer
+	clk := clocktest.New()
+	b := NewStreamBudget(StreamBudgetOptions{PerStream: 100, Total: 1000, PerIdentity: 100, StallTimeout: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&buf, nil))}, clk)
+	w1 := b.NewWindow()
+	w1.Bind("mallory", "s")
+	if !w1.TryAcquire(100) {
+		t.Fatal("first record")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	for i := range 3 {
+		w := b.NewWindow()
+		w.Bind("mallory", "s")
+		done := make(chan error, 1)
+		go func() { done <- w.Acquire(ctx, 10) }()
+		eventually(t, 10*time.Second, "a throttled wait", func() bool { return b.Stats().Throttled == int64(i+1) })
+		defer w.Close()
+	}
+	cancel()
+	if n := strings.Count(buf.String(), "holds its share"); n != 1 {
+		t.Fatalf("%d throttle lines:\n%s", n, buf.String())
+	}
+	for range 2 {
+		w1.Stalled()
+	}
+	if n := strings.Count(buf.String(), "stream was ended"); n != 1 {
+		t.Fatalf("%d stall lines:\n%s", n, buf.String())
+	}
+	w1.Close()
 }
