@@ -149,14 +149,16 @@ type StreamBudget struct {
 type holder struct {
 	used    int64
 	windows int
+	waiting int // queued waiters of its windows
 }
 
 // waiter is one waiting Acquire call.
 type waiter struct {
-	w       *StreamWindow
-	n       int64
-	ready   chan struct{} // closed when granted, or when w closed
-	granted bool
+	w           *StreamWindow
+	n           int64
+	ready       chan struct{} // closed when granted, or when w closed
+	granted     bool
+	ident, sess *holder // the holders whose waiting count it is in
 }
 
 // NewStreamBudget returns a budget; zero fields take DefaultStreamBudget's
@@ -279,6 +281,7 @@ type StreamWindow struct {
 	closed           bool
 	identity, sessID string
 	ident, sess      *holder // nil until bound
+	queued           *waiter // its Acquire's place in the queue, if any
 }
 
 // NewWindow opens a stream's window. It counts against the identity's
@@ -299,6 +302,10 @@ func (w *StreamWindow) Bind(identity, sessionID string) {
 		return
 	}
 	held := w.pending + w.sent
+	wt := w.queued
+	if wt != nil { // re-counted under the new holders below
+		b.unqueueLocked(wt)
+	}
 	if identity != "" && (w.ident == nil || identity != w.identity) {
 		w.ident = b.rebind(b.identities, w.ident, w.identity, identity, held)
 		w.identity = identity
@@ -306,6 +313,9 @@ func (w *StreamWindow) Bind(identity, sessionID string) {
 	if sessionID != "" && (w.sess == nil || sessionID != w.sessID) {
 		w.sess = b.rebind(b.sessions, w.sess, w.sessID, sessionID, held)
 		w.sessID = sessionID
+	}
+	if wt != nil {
+		b.queueLocked(wt)
 	}
 	if held > 0 && len(b.queue) > 0 {
 		b.grantLocked() // the old holder holds less now
@@ -412,9 +422,45 @@ func (w *StreamWindow) chargeLocked(n int64) {
 	if w.sess != nil {
 		w.sess.used += n
 	}
-	if n < 0 && len(b.queue) > 0 {
+	if n < 0 && b.affectedLocked(w) {
 		b.grantLocked()
 	}
+}
+
+// affectedLocked says whether a release by w may let a queued waiter go
+// on: one waits for the global budget (a barrier is set), or on w's own
+// stream, identity or session. Others wait on bounds w's release does not
+// change, so the queue is not scanned for them (a release costs O(1) while
+// one identity's hundreds of streams wait on its share).
+func (b *StreamBudget) affectedLocked(w *StreamWindow) bool {
+	return len(b.queue) > 0 && (b.barHeld || b.barEmpty || w.queued != nil ||
+		(w.ident != nil && w.ident.waiting > 0) || (w.sess != nil && w.sess.waiting > 0))
+}
+
+// queueLocked counts wt as waiting (its window and holders); unqueueLocked
+// undoes it.
+func (b *StreamBudget) queueLocked(wt *waiter) {
+	wt.w.queued = wt
+	wt.ident, wt.sess = wt.w.ident, wt.w.sess
+	if wt.ident != nil {
+		wt.ident.waiting++
+	}
+	if wt.sess != nil {
+		wt.sess.waiting++
+	}
+}
+
+func (b *StreamBudget) unqueueLocked(wt *waiter) {
+	if wt.w.queued == wt {
+		wt.w.queued = nil
+	}
+	if wt.ident != nil {
+		wt.ident.waiting--
+	}
+	if wt.sess != nil {
+		wt.sess.waiting--
+	}
+	wt.ident, wt.sess = nil, nil
 }
 
 // grantLocked grants the queued waiters whose bounds allow it, in order,
@@ -433,12 +479,14 @@ func (b *StreamBudget) grantLocked() {
 		if !barred {
 			switch w.checkLocked(wt.n) {
 			case fits:
+				b.unqueueLocked(wt)
 				w.pending += wt.n
 				wt.granted = true
 				close(wt.ready)
 				w.chargeLocked(wt.n) // an increase: no recursion
 				continue
 			case windowClosed:
+				b.unqueueLocked(wt)
 				close(wt.ready)
 				continue
 			case waitGlobal:
@@ -449,6 +497,7 @@ func (b *StreamBudget) grantLocked() {
 				}
 			}
 		} else if w.closed {
+			b.unqueueLocked(wt)
 			close(wt.ready)
 			continue
 		}
@@ -461,6 +510,7 @@ func (b *StreamBudget) grantLocked() {
 // removeLocked takes wt out of the queue (it gave up).
 func (b *StreamBudget) removeLocked(wt *waiter) {
 	if i := slices.Index(b.queue, wt); i >= 0 {
+		b.unqueueLocked(wt)
 		b.queue = slices.Delete(b.queue, i, i+1)
 		b.grantLocked() // the barriers may have been its
 	}
@@ -539,6 +589,7 @@ func (w *StreamWindow) Acquire(ctx context.Context, n int64) error {
 	start := b.clock.Now()
 	wt := &waiter{w: w, n: n, ready: make(chan struct{})}
 	b.queue = append(b.queue, wt)
+	b.queueLocked(wt)
 	b.grantLocked()
 	var timer clock.Timer
 	defer func() {
@@ -635,7 +686,7 @@ func (w *StreamWindow) Sent(n int64) {
 	n = min(n, w.pending)
 	w.pending -= n
 	w.sent += n
-	if len(b.queue) > 0 {
+	if w.queued != nil {
 		b.grantLocked() // this window's Acquire may go on now
 	}
 }

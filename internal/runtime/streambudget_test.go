@@ -213,6 +213,16 @@ func TestStreamWindowFairWakeUp(t *testing.T) {
 	if err := recv(t, mDone, "mallory's Acquire"); err != nil {
 		t.Fatal(err)
 	}
+	b.mu.Lock()
+	for name, h := range b.identities {
+		if h.waiting != 0 {
+			t.Errorf("identity %s still counts %d waiters", name, h.waiting)
+		}
+	}
+	if len(b.queue) != 0 {
+		t.Errorf("%d waiters left in the queue", len(b.queue))
+	}
+	b.mu.Unlock()
 	for _, w := range []*StreamWindow{hog, hog2, mw, mw2, big, small} {
 		w.Close()
 	}
