@@ -646,9 +646,12 @@ func (w *StreamWindow) Acquire(ctx context.Context, n int64) error {
 		case <-fire:
 		case <-ctx.Done():
 			b.mu.Lock()
-			if wt.granted { // granted meanwhile: give it back
-				w.pending -= n
-				w.chargeLocked(-n)
+			if wt.granted { // granted meanwhile: give it back (unless Close did)
+				if !w.closed {
+					m := min(n, w.pending)
+					w.pending -= m
+					w.chargeLocked(-m)
+				}
 			} else {
 				b.removeLocked(wt)
 			}

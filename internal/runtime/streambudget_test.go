@@ -300,3 +300,40 @@ func TestStreamBudgetLogsAbuse(t *testing.T) {
 	}
 	w1.Close()
 }
+
+// A grant that races with the end of its Acquire's context and the close
+// of its window is returned once: the budget never goes negative.
+func TestStreamWindowGrantRacingCloseCountsOnce(t *testing.T) {
+	b := NewStreamBudget(StreamBudgetOptions{PerStream: 1000, Total: 100, Headroom: 1}, clocktest.New())
+	for range 200 {
+		hog := b.NewWindow()
+		if !hog.TryAcquire(100) {
+			t.Fatal("hog")
+		}
+		w := b.NewWindow()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Acquire(ctx, 50) }()
+		for {
+			b.mu.Lock()
+			queued := w.queued != nil
+			b.mu.Unlock()
+			if queued {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		// Grant, cancel and close at once, in the worst order.
+		b.mu.Lock()
+		hog.pending = 0
+		hog.chargeLocked(-100) // grants w
+		cancel()
+		b.mu.Unlock()
+		w.Close()
+		<-done
+		hog.Close()
+		if u := b.Stats().Used; u != 0 {
+			t.Fatalf("used %d after everything closed", u)
+		}
+	}
+}
