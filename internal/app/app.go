@@ -80,6 +80,21 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	// Everything that can refuse the configuration comes before anything
+	// is written to disk: a refused start creates no data store.
+	// Authenticators in chain order (JWT, static tokens, client
+	// certificate, dev identities last); see auth.FromConfig.
+	authn, err := auth.FromConfig(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	var tc *tlsconf.Server
+	if cfg.TLSCertPath != "" {
+		// TLS 1.2+, optional client certificates, reloaded on change.
+		if tc, err = tlsconf.FromConfig(cfg, log); err != nil {
+			return nil, fmt.Errorf("loading TLS certificate: %w", err)
+		}
+	}
 	var st store.Store
 	reg := newRegistry()
 	defer func() {
@@ -131,12 +146,6 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 	if err := cl.prepare(rt, cfg); err != nil {
 		return nil, err
 	}
-	// Authenticators in chain order (JWT, static tokens, client
-	// certificate, dev identities last); see auth.FromConfig.
-	authn, err := auth.FromConfig(cfg, log)
-	if err != nil {
-		return nil, err
-	}
 	a := &App{cfg: cfg, log: log, store: st, rt: rt, served: make(chan error, 1), metrics: reg, cl: cl}
 	var experimental map[string]string
 	if cfg.HTTP.Addr != "" { // protocol-mode resume (internal/httpapi) is served
@@ -171,12 +180,7 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 		grpc.StreamInterceptor(gm.StreamServerInterceptor),
 	}
 	var httpTLS *tls.Config // the HTTP listener's: the same certificates
-	if cfg.TLSCertPath != "" {
-		// TLS 1.2+, optional client certificates, reloaded on change.
-		tc, err := tlsconf.FromConfig(cfg, log)
-		if err != nil {
-			return nil, fmt.Errorf("loading TLS certificate: %w", err)
-		}
+	if tc != nil {
 		opts = append(opts, grpc.Creds(tc.Credentials()))
 		httpTLS = tc.Config()
 	} else if !cfg.AllowInsecure { // Start warns about MACP_ALLOW_INSECURE itself

@@ -39,6 +39,8 @@ func newHTTP(cfg config.Config, rt *runtime.Runtime, authn auth.Authenticator, s
 		},
 		BaseURL:               "", // set by Start once the address is bound
 		CORSOrigins:           cfg.HTTP.Origins(),
+		Hosts:                 cfg.HTTP.HostList(), // MACP_HTTP_HOSTS; httpapi/host.go
+		DevHosts:              cfg.AllowInsecure,
 		KeepAlive:             cfg.HTTP.KeepAlive,
 		WriteTimeout:          cfg.HTTP.WriteTimeout,
 		MaxSubscriptions:      cfg.HTTP.MaxSubscriptions,
@@ -50,10 +52,16 @@ func newHTTP(cfg config.Config, rt *runtime.Runtime, authn auth.Authenticator, s
 		MaxStreamsPerIdentity: l.MaxStreamsPerIdentity,
 		MaxStreamsPerSession:  l.MaxStreamsPerSession,
 		MaxConnections:        l.MaxConnections,
-		TLS:                   tlsCfg,
-		Logger:                a.log,
-		BaseURLFunc:           a.httpBaseURL,
-		ReplayWindow:          cfg.Resume.ReplayWindow,
+		// Same caps and first-request deadline as the gRPC listener
+		// (counted per listener); httpapi/listener.go.
+		MaxConnectionsPerAddr:     l.MaxConnectionsPerAddr,
+		MaxConnectionsPerPrefix64: l.MaxConnectionsPerPrefix64,
+		FirstRequestTimeout:       l.FirstCallTimeout,
+		BodyTimeout:               cfg.HTTP.BodyTimeout,
+		TLS:                       tlsCfg,
+		Logger:                    a.log,
+		BaseURLFunc:               a.httpBaseURL,
+		ReplayWindow:              cfg.Resume.ReplayWindow,
 	})
 }
 

@@ -28,6 +28,8 @@ func streamBuffers(cfg config.Config) runtime.StreamBudgetOptions {
 	return runtime.StreamBudgetOptions{
 		PerStream:    cfg.Limits.StreamBufferBytes,
 		Total:        cfg.Limits.StreamBufferBudgetBytes,
+		PerIdentity:  cfg.Limits.StreamBufferIdentityBytes,
+		PerSession:   cfg.Limits.StreamBufferSessionBytes,
 		StallTimeout: stall,
 	}
 }

@@ -41,6 +41,15 @@ type HTTPConfig struct {
 	// valid; tickets are single-use (MACP_HTTP_TICKET_TTL_MS,
 	// --http-ticket-ttl).
 	TicketTTL time.Duration
+	// BodyTimeout bounds reading a request body, from the end of its
+	// headers; a slower client is disconnected
+	// (MACP_HTTP_BODY_TIMEOUT_MS, --http-body-timeout).
+	BodyTimeout time.Duration
+	// Hosts are the Host header values the listener answers besides its
+	// own address (and, in development mode, the localhost forms),
+	// comma-separated host or host:port; a request naming another host
+	// gets 403 FORBIDDEN (DNS rebinding) (MACP_HTTP_HOSTS, --http-hosts).
+	Hosts string
 }
 
 // DefaultHTTP returns the documented defaults.
@@ -50,6 +59,7 @@ func DefaultHTTP() HTTPConfig {
 		WriteTimeout:     10 * time.Second,
 		MaxSubscriptions: 64,
 		TicketTTL:        30 * time.Second,
+		BodyTimeout:      30 * time.Second,
 	}
 }
 
@@ -83,6 +93,14 @@ func (c *Config) validateHTTP() []error {
 	if h.WriteTimeout != 0 && h.WriteTimeout < 100*time.Millisecond {
 		bad("MACP_HTTP_WRITE_TIMEOUT_MS (--http-write-timeout) %v must be at least 100ms", h.WriteTimeout)
 	}
+	if h.BodyTimeout != 0 && h.BodyTimeout < 100*time.Millisecond {
+		bad("MACP_HTTP_BODY_TIMEOUT_MS (--http-body-timeout) %v must be at least 100ms", h.BodyTimeout)
+	}
+	for _, host := range h.HostList() {
+		if strings.ContainsAny(host, "/@?# ") {
+			bad("MACP_HTTP_HOSTS (--http-hosts) %q: a host is name or name:port, e.g. macp.example.com", host)
+		}
+	}
 	if h.MaxSubscriptions < 0 {
 		bad("MACP_WS_MAX_SUBSCRIPTIONS (--ws-max-subscriptions) %d must not be negative", h.MaxSubscriptions)
 	}
@@ -115,6 +133,10 @@ func (c *Config) httpFromEnv(lookup Env) []error {
 	millis("MACP_HTTP_KEEPALIVE_MS", &h.KeepAlive)
 	millis("MACP_HTTP_WRITE_TIMEOUT_MS", &h.WriteTimeout)
 	millis("MACP_HTTP_TICKET_TTL_MS", &h.TicketTTL)
+	millis("MACP_HTTP_BODY_TIMEOUT_MS", &h.BodyTimeout)
+	if v, ok := lookup("MACP_HTTP_HOSTS"); ok && v != "" {
+		h.Hosts = v
+	}
 	if v, ok := lookup("MACP_WS_MAX_SUBSCRIPTIONS"); ok && v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
@@ -137,6 +159,17 @@ func (h HTTPConfig) Origins() []string {
 	return out
 }
 
+// HostList returns the configured Host values, one per entry.
+func (h HTTPConfig) HostList() []string {
+	var out []string
+	for _, v := range strings.Split(h.Hosts, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // registerHTTPFlags binds the HTTP flags.
 func (c *Config) registerHTTPFlags(fs *flag.FlagSet) {
 	h := &c.HTTP
@@ -145,5 +178,7 @@ func (c *Config) registerHTTPFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&h.KeepAlive, "http-keepalive", h.KeepAlive, "SSE keep-alive comment and WebSocket ping interval (MACP_HTTP_KEEPALIVE_MS)")
 	fs.DurationVar(&h.WriteTimeout, "http-write-timeout", h.WriteTimeout, "disconnect a streaming HTTP/WebSocket client that does not read an event for this long (MACP_HTTP_WRITE_TIMEOUT_MS)")
 	fs.IntVar(&h.MaxSubscriptions, "ws-max-subscriptions", h.MaxSubscriptions, "sessions one WebSocket connection may follow at once (MACP_WS_MAX_SUBSCRIPTIONS)")
+	fs.DurationVar(&h.BodyTimeout, "http-body-timeout", h.BodyTimeout, "disconnect a client whose request body takes longer than this to arrive (MACP_HTTP_BODY_TIMEOUT_MS)")
+	fs.StringVar(&h.Hosts, "http-hosts", h.Hosts, "comma-separated Host values the HTTP listener answers besides its own address (MACP_HTTP_HOSTS)")
 	fs.DurationVar(&h.TicketTTL, "http-ticket-ttl", h.TicketTTL, "lifetime of single-use browser tickets from POST /macp/auth/ticket (MACP_HTTP_TICKET_TTL_MS)")
 }

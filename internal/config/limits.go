@@ -24,9 +24,10 @@ type LimitsConfig struct {
 	// Signals and Progress included (MACP_MESSAGE_LIMIT_PER_MINUTE,
 	// --message-limit).
 	MessagesPerMinute int
-	// MaxConnections caps concurrent client connections; further ones wait
-	// in the listen backlog until one closes (MACP_MAX_CONNECTIONS,
-	// --max-connections).
+	// MaxConnections caps concurrent client connections of each listener
+	// (gRPC, and HTTP when on); the gRPC listener leaves further ones in
+	// the listen backlog until one closes, the HTTP listener closes them
+	// when accepted (MACP_MAX_CONNECTIONS, --max-connections).
 	MaxConnections int
 	// Transport are the limits the gRPC binding enforces, one type with
 	// server.Limits (documented in internal/limits). Their settings:
@@ -42,7 +43,10 @@ type LimitsConfig struct {
 	// MACP_KEEPALIVE_MIN_TIME_MS; --keepalive-time, --keepalive-timeout,
 	// --keepalive-min-time), MaxConnectionsPerAddr
 	// (MACP_MAX_CONNECTIONS_PER_ADDR, --max-connections-per-addr),
-	// FirstCallTimeout (MACP_FIRST_CALL_TIMEOUT_MS, --first-call-timeout).
+	// MaxConnectionsPerPrefix64 (MACP_MAX_CONNECTIONS_PER_PREFIX64,
+	// --max-connections-per-prefix64), FirstCallTimeout
+	// (MACP_FIRST_CALL_TIMEOUT_MS, --first-call-timeout). The last three
+	// apply to the HTTP listener too.
 	limits.Transport
 	// StreamBufferBytes bounds what one stream holds for a client that has
 	// not taken it yet (records read for it, queued, or in the HTTP/2 send
@@ -52,6 +56,14 @@ type LimitsConfig struct {
 	// StreamBufferBudgetBytes bounds what all streams hold together
 	// (MACP_STREAM_BUFFER_BUDGET_BYTES, --stream-buffer-budget). Not 0.
 	StreamBufferBudgetBytes int64
+	// StreamBufferIdentityBytes bounds what the streams of one identity
+	// hold together, and StreamBufferSessionBytes what the streams of one
+	// session hold together; an identity or session that holds nothing may
+	// always take one record (MACP_STREAM_BUFFER_IDENTITY_BYTES,
+	// --stream-buffer-identity-bytes; MACP_STREAM_BUFFER_SESSION_BYTES,
+	// --stream-buffer-session-bytes). 0 = 1/8 (1/4) of
+	// StreamBufferBudgetBytes: 32 MiB (64 MiB) by default.
+	StreamBufferIdentityBytes, StreamBufferSessionBytes int64
 	// StreamStallTimeout ends a stream whose client took nothing for this
 	// long while records were waiting for it, with RATE_LIMITED; the
 	// client resumes from its cursor (MACP_STREAM_STALL_TIMEOUT_MS,
@@ -82,7 +94,10 @@ func DefaultLimits() LimitsConfig {
 			KeepaliveTimeout:      20 * time.Second,
 			KeepaliveMinTime:      10 * time.Second,
 			MaxConnectionsPerAddr: 128,
-			FirstCallTimeout:      15 * time.Second,
+			// One IPv6 subscriber network (/64) may hold twice what one
+			// address may.
+			MaxConnectionsPerPrefix64: 256,
+			FirstCallTimeout:          15 * time.Second,
 		},
 		// What one stream and all streams may hold (runtime/streambudget.go).
 		StreamBufferBytes:       1 << 20,
@@ -110,6 +125,7 @@ func (c *Config) validateLimits() []error {
 	nonNegative("MACP_MAX_STREAMS_PER_IDENTITY (--max-streams-per-identity)", int64(l.MaxStreamsPerIdentity))
 	nonNegative("MACP_MAX_STREAMS_PER_SESSION (--max-streams-per-session)", int64(l.MaxStreamsPerSession))
 	nonNegative("MACP_MAX_CONNECTIONS_PER_ADDR (--max-connections-per-addr)", int64(l.MaxConnectionsPerAddr))
+	nonNegative("MACP_MAX_CONNECTIONS_PER_PREFIX64 (--max-connections-per-prefix64)", int64(l.MaxConnectionsPerPrefix64))
 	for _, v := range []struct {
 		name string
 		n    int
@@ -129,6 +145,8 @@ func (c *Config) validateLimits() []error {
 		errs = append(errs, fmt.Errorf("MACP_STREAM_BUFFER_BUDGET_BYTES (--stream-buffer-budget) %d must be at least MACP_STREAM_BUFFER_BYTES (%d)",
 			l.StreamBufferBudgetBytes, l.StreamBufferBytes))
 	}
+	nonNegative("MACP_STREAM_BUFFER_IDENTITY_BYTES (--stream-buffer-identity-bytes)", l.StreamBufferIdentityBytes)
+	nonNegative("MACP_STREAM_BUFFER_SESSION_BYTES (--stream-buffer-session-bytes)", l.StreamBufferSessionBytes)
 	if l.MaxConcurrentStreams < 0 || int64(l.MaxConcurrentStreams) > math.MaxUint32 {
 		errs = append(errs, fmt.Errorf("MACP_MAX_CONCURRENT_STREAMS (--max-concurrent-streams) %d must be between 0 (no limit) and %d",
 			l.MaxConcurrentStreams, uint32(math.MaxUint32)))
@@ -197,6 +215,7 @@ func (c *Config) limitsFromEnv(lookup Env) []error {
 	millis("MACP_STREAM_STALL_TIMEOUT_MS", &l.StreamStallTimeout)
 	millis("MACP_FIRST_CALL_TIMEOUT_MS", &l.FirstCallTimeout)
 	integer("MACP_MAX_CONNECTIONS_PER_ADDR", &l.MaxConnectionsPerAddr)
+	integer("MACP_MAX_CONNECTIONS_PER_PREFIX64", &l.MaxConnectionsPerPrefix64)
 	integer("MACP_MAX_EXT_MODES", &l.MaxExtModes)
 	integer("MACP_MAX_POLICIES", &l.MaxPolicies)
 	integer("MACP_MAX_DESCRIPTOR_BYTES", &l.MaxDescriptorBytes)
@@ -212,6 +231,8 @@ func (c *Config) limitsFromEnv(lookup Env) []error {
 	}
 	integer64("MACP_STREAM_BUFFER_BYTES", &l.StreamBufferBytes)
 	integer64("MACP_STREAM_BUFFER_BUDGET_BYTES", &l.StreamBufferBudgetBytes)
+	integer64("MACP_STREAM_BUFFER_IDENTITY_BYTES", &l.StreamBufferIdentityBytes)
+	integer64("MACP_STREAM_BUFFER_SESSION_BYTES", &l.StreamBufferSessionBytes)
 	return errs
 }
 
@@ -239,6 +260,8 @@ func (c *Config) registerLimitFlags(fs *flag.FlagSet) {
 		"close a pinged connection that does not answer within this, 0 = 20s (MACP_KEEPALIVE_TIMEOUT_MS)")
 	fs.IntVar(&l.MaxConnectionsPerAddr, "max-connections-per-addr", l.MaxConnectionsPerAddr,
 		"connections per client IP address, 0 = unlimited (MACP_MAX_CONNECTIONS_PER_ADDR)")
+	fs.IntVar(&l.MaxConnectionsPerPrefix64, "max-connections-per-prefix64", l.MaxConnectionsPerPrefix64,
+		"connections per client IPv6 /64 prefix, 0 = unlimited (MACP_MAX_CONNECTIONS_PER_PREFIX64)")
 	fs.DurationVar(&l.FirstCallTimeout, "first-call-timeout", l.FirstCallTimeout,
 		"close connections that start no call this long after connecting, 0 = never (MACP_FIRST_CALL_TIMEOUT_MS)")
 	fs.IntVar(&l.MaxExtModes, "max-ext-modes", l.MaxExtModes, "registered extension modes (MACP_MAX_EXT_MODES)")
@@ -249,6 +272,10 @@ func (c *Config) registerLimitFlags(fs *flag.FlagSet) {
 		"bytes one stream may hold for a client that has not read them (MACP_STREAM_BUFFER_BYTES)")
 	fs.Int64Var(&l.StreamBufferBudgetBytes, "stream-buffer-budget", l.StreamBufferBudgetBytes,
 		"bytes all streams may hold together (MACP_STREAM_BUFFER_BUDGET_BYTES)")
+	fs.Int64Var(&l.StreamBufferIdentityBytes, "stream-buffer-identity-bytes", l.StreamBufferIdentityBytes,
+		"bytes the streams of one identity may hold together, 0 = 1/8 of the budget (MACP_STREAM_BUFFER_IDENTITY_BYTES)")
+	fs.Int64Var(&l.StreamBufferSessionBytes, "stream-buffer-session-bytes", l.StreamBufferSessionBytes,
+		"bytes the streams of one session may hold together, 0 = 1/4 of the budget (MACP_STREAM_BUFFER_SESSION_BYTES)")
 	fs.DurationVar(&l.StreamStallTimeout, "stream-stall-timeout", l.StreamStallTimeout,
 		"end a stream whose client took nothing for this long, 0 = never (MACP_STREAM_STALL_TIMEOUT_MS)")
 	fs.DurationVar(&l.KeepaliveMinTime, "keepalive-min-time", l.KeepaliveMinTime,

@@ -15,7 +15,7 @@ func TestDefaultLimits(t *testing.T) {
 	l := Default().Limits
 	want := LimitsConfig{
 		SessionStartsPerMinute: 60, MessagesPerMinute: 600, MaxConnections: 4096, StreamBufferBytes: 1 << 20, StreamBufferBudgetBytes: 256 << 20, StreamStallTimeout: 30 * time.Second, MaxExtModes: 64, MaxPolicies: 256, MaxDescriptorBytes: 128 << 10,
-		Transport: limits.Transport{MaxConcurrentStreams: 100, MaxStreamsPerIdentity: 256, MaxStreamsPerSession: 1024, UnaryTimeout: 30 * time.Second, HandshakeTimeout: 10 * time.Second, MaxConnectionIdle: 5 * time.Minute, KeepaliveTime: time.Minute, KeepaliveTimeout: 20 * time.Second, KeepaliveMinTime: 10 * time.Second, MaxConnectionsPerAddr: 128, FirstCallTimeout: 15 * time.Second},
+		Transport: limits.Transport{MaxConcurrentStreams: 100, MaxStreamsPerIdentity: 256, MaxStreamsPerSession: 1024, UnaryTimeout: 30 * time.Second, HandshakeTimeout: 10 * time.Second, MaxConnectionIdle: 5 * time.Minute, KeepaliveTime: time.Minute, KeepaliveTimeout: 20 * time.Second, KeepaliveMinTime: 10 * time.Second, MaxConnectionsPerAddr: 128, MaxConnectionsPerPrefix64: 256, FirstCallTimeout: 15 * time.Second},
 	}
 	if l != want {
 		t.Fatalf("defaults\n got %+v\nwant %+v", l, want)
@@ -43,6 +43,9 @@ func TestLimitsEnvAndFlags(t *testing.T) {
 		"MACP_STREAM_BUFFER_BUDGET_BYTES":     "2000",
 		"MACP_STREAM_STALL_TIMEOUT_MS":        "0",
 		"MACP_MAX_CONNECTIONS_PER_ADDR":       "0",
+		"MACP_MAX_CONNECTIONS_PER_PREFIX64":   "0",
+		"MACP_STREAM_BUFFER_IDENTITY_BYTES":   "300",
+		"MACP_STREAM_BUFFER_SESSION_BYTES":    "600",
 		"MACP_FIRST_CALL_TIMEOUT_MS":          "0",
 		"MACP_MAX_EXT_MODES":                  "3",
 		"MACP_MAX_POLICIES":                   "4",
@@ -52,7 +55,7 @@ func TestLimitsEnvAndFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := LimitsConfig{
-		SessionStartsPerMinute: 0, MessagesPerMinute: 7, MaxConnections: 8, StreamBufferBytes: 1000, StreamBufferBudgetBytes: 2000, StreamStallTimeout: 0, MaxExtModes: 3, MaxPolicies: 4, MaxDescriptorBytes: 5,
+		SessionStartsPerMinute: 0, MessagesPerMinute: 7, MaxConnections: 8, StreamBufferBytes: 1000, StreamBufferBudgetBytes: 2000, StreamBufferIdentityBytes: 300, StreamBufferSessionBytes: 600, StreamStallTimeout: 0, MaxExtModes: 3, MaxPolicies: 4, MaxDescriptorBytes: 5,
 		Transport: limits.Transport{MaxConcurrentStreams: 9, MaxStreamsPerIdentity: 10, MaxStreamsPerSession: 11, UnaryTimeout: 1200 * time.Millisecond, HandshakeTimeout: 1300 * time.Millisecond, MaxConnectionIdle: 1400 * time.Millisecond, KeepaliveTime: 1500 * time.Millisecond, KeepaliveTimeout: 1600 * time.Millisecond, KeepaliveMinTime: 0, MaxConnectionsPerAddr: 0, FirstCallTimeout: 0},
 	}
 	if c.Limits != want {
@@ -69,13 +72,14 @@ func TestLimitsEnvAndFlags(t *testing.T) {
 		"--unary-timeout", "1s", "--handshake-timeout", "2s", "--max-connection-idle", "3s", "--keepalive-time", "4s",
 		"--keepalive-timeout", "5s", "--keepalive-min-time", "6s",
 		"--stream-buffer-bytes", "7", "--stream-buffer-budget", "8", "--stream-stall-timeout", "9s",
+		"--stream-buffer-identity-bytes", "15", "--stream-buffer-session-bytes", "16", "--max-connections-per-prefix64", "17",
 		"--max-connections-per-addr", "10", "--first-call-timeout", "11s", "--max-ext-modes", "12", "--max-policies", "13",
 		"--max-descriptor-bytes", "14"}); err != nil {
 		t.Fatal(err)
 	}
 	want = LimitsConfig{
-		SessionStartsPerMinute: 1, MessagesPerMinute: 2, MaxConnections: 3, StreamBufferBytes: 7, StreamBufferBudgetBytes: 8, StreamStallTimeout: 9 * time.Second, MaxExtModes: 12, MaxPolicies: 13, MaxDescriptorBytes: 14,
-		Transport: limits.Transport{MaxConcurrentStreams: 4, MaxStreamsPerIdentity: 5, MaxStreamsPerSession: 6, UnaryTimeout: time.Second, HandshakeTimeout: 2 * time.Second, MaxConnectionIdle: 3 * time.Second, KeepaliveTime: 4 * time.Second, KeepaliveTimeout: 5 * time.Second, KeepaliveMinTime: 6 * time.Second, MaxConnectionsPerAddr: 10, FirstCallTimeout: 11 * time.Second},
+		SessionStartsPerMinute: 1, MessagesPerMinute: 2, MaxConnections: 3, StreamBufferBytes: 7, StreamBufferBudgetBytes: 8, StreamBufferIdentityBytes: 15, StreamBufferSessionBytes: 16, StreamStallTimeout: 9 * time.Second, MaxExtModes: 12, MaxPolicies: 13, MaxDescriptorBytes: 14,
+		Transport: limits.Transport{MaxConcurrentStreams: 4, MaxStreamsPerIdentity: 5, MaxStreamsPerSession: 6, UnaryTimeout: time.Second, HandshakeTimeout: 2 * time.Second, MaxConnectionIdle: 3 * time.Second, KeepaliveTime: 4 * time.Second, KeepaliveTimeout: 5 * time.Second, KeepaliveMinTime: 6 * time.Second, MaxConnectionsPerAddr: 10, MaxConnectionsPerPrefix64: 17, FirstCallTimeout: 11 * time.Second},
 	}
 	if c.Limits != want {
 		t.Fatalf("flags\n got %+v\nwant %+v", c.Limits, want)

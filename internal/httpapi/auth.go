@@ -14,13 +14,10 @@ import (
 
 	"github.com/macpd/macpd/internal/auth"
 	"github.com/macpd/macpd/internal/coord"
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 )
-
-func limitListener(l net.Listener, n int) net.Listener { return netutil.LimitListener(l, n) }
 
 // Identify authenticates r with the same authenticators as gRPC: the
 // Authorization, X-MACP-Agent-Id and X-MACP-Token headers become the
@@ -48,6 +45,7 @@ func (s *Server) Identify(r *http.Request, allowTicket, optional bool) (id coord
 	id, err := s.auth.Authenticate(ctx, md)
 	switch {
 	case err == nil:
+		markAuthenticated(r)
 		return id, true, nil
 	case !errors.Is(err, auth.ErrNoCredentials):
 		s.log.Info("http authentication failed", "path", r.URL.Path, "err", err)
@@ -55,6 +53,7 @@ func (s *Server) Identify(r *http.Request, allowTicket, optional bool) (id coord
 	}
 	if t := r.URL.Query().Get("ticket"); allowTicket && t != "" {
 		if id, ok := s.tickets.redeem(t); ok {
+			markAuthenticated(r)
 			return id, true, nil
 		}
 		return coord.Identity{}, false, coord.Errorf(coord.CodeUnauthenticated, "the ticket is unknown, used or expired; get a new one from POST /macp/auth/ticket")
@@ -167,10 +166,15 @@ func newCORS(origins []string) *cors {
 	return c
 }
 
-// sameOrigin reports whether origin names the host r was sent to.
+// sameOrigin reports whether origin names the scheme and host r was sent
+// to (https for a request over TLS, else http).
 func sameOrigin(r *http.Request, origin string) bool {
 	u, err := url.Parse(origin)
-	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host)
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host) && strings.EqualFold(u.Scheme, scheme)
 }
 
 func (c *cors) wrap(next http.Handler) http.Handler {

@@ -30,6 +30,10 @@ type Options struct {
 	BaseURLFunc func() string
 	// CORSOrigins are the browser origins allowed cross-origin ("*" = any).
 	CORSOrigins []string
+	// Hosts are the Host values served besides the listener's own
+	// address; DevHosts adds the localhost forms (host.go).
+	Hosts    []string
+	DevHosts bool
 	// KeepAlive: SSE comment and WebSocket ping interval (15 s).
 	KeepAlive time.Duration
 	// WriteTimeout bounds each streamed write (10 s).
@@ -52,8 +56,17 @@ type Options struct {
 	// WebSocket connections; MaxStreamsPerSession the feeds of one
 	// session (0 = no cap).
 	MaxStreamsPerIdentity, MaxStreamsPerSession int
-	// MaxConnections caps concurrent connections (0 = no cap).
-	MaxConnections int
+	// MaxConnections caps concurrent connections, MaxConnectionsPerAddr
+	// those of one IP address and MaxConnectionsPerPrefix64 those of one
+	// IPv6 /64 (0 = no cap); beyond a cap a connection is closed when
+	// accepted (listener.go).
+	MaxConnections, MaxConnectionsPerAddr, MaxConnectionsPerPrefix64 int
+	// FirstRequestTimeout closes a connection that started no request
+	// this long after it was accepted, or made no authenticated request
+	// and has been idle this long (15 s; listener.go).
+	FirstRequestTimeout time.Duration
+	// BodyTimeout bounds reading a request body (30 s; listener.go).
+	BodyTimeout time.Duration
 	// TLS, when set, serves HTTPS with it (the gRPC listener's config).
 	TLS    *tls.Config
 	Logger *slog.Logger
@@ -79,6 +92,8 @@ func (o *Options) defaults() {
 	def(&o.UnaryTimeout, 30*time.Second)
 	def(&o.HandshakeTimeout, 10*time.Second)
 	def(&o.IdleTimeout, 5*time.Minute)
+	def(&o.FirstRequestTimeout, 15*time.Second)
+	def(&o.BodyTimeout, 30*time.Second)
 	if o.MaxSubscriptions <= 0 {
 		o.MaxSubscriptions = 64
 	}
@@ -113,6 +128,8 @@ type Server struct {
 	drain    context.Context
 	drainNow context.CancelFunc
 
+	conns *connLimiter // listener.go
+
 	mu  sync.Mutex
 	srv *http.Server
 }
@@ -133,6 +150,11 @@ func New(rt *runtime.Runtime, a auth.Authenticator, opts Options) *Server {
 		perID:    limits.NewCounter(opts.MaxStreamsPerIdentity),
 		perSess:  limits.NewCounter(opts.MaxStreamsPerSession),
 		drain:    drain, drainNow: drainNow,
+		conns: &connLimiter{
+			count:        limits.NewConnCounter(opts.MaxConnections, opts.MaxConnectionsPerAddr, opts.MaxConnectionsPerPrefix64),
+			firstRequest: opts.FirstRequestTimeout,
+			log:          limits.NewLogEvery(opts.Logger, 10*time.Second),
+		},
 	}
 	s.routes()
 	return s
@@ -144,18 +166,16 @@ func New(rt *runtime.Runtime, a auth.Authenticator, opts Options) *Server {
 // authenticate and WriteError / WriteJSON to answer.
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
-// Handler is the binding's root handler (CORS and origin check, then the
-// routes).
-func (s *Server) Handler() http.Handler { return s.cors.wrap(s.mux) }
+// Handler is the binding's root handler (the request-body deadline, the
+// Host check, CORS and origin check, then the routes).
+func (s *Server) Handler() http.Handler { return s.bodyDeadline(s.checkHost(s.cors.wrap(s.mux))) }
 
 // maxBody is the largest request body or WebSocket message accepted.
 func (s *Server) maxBody() int64 { return 2*int64(s.opts.MaxPayloadBytes) + 64<<10 }
 
 // Serve serves on l (TLS when Options.TLS is set) until Shutdown.
 func (s *Server) Serve(l net.Listener) error {
-	if s.opts.MaxConnections > 0 {
-		l = limitListener(l, s.opts.MaxConnections)
-	}
+	l = &limitListener{Listener: l, l: s.conns} // listener.go
 	if s.opts.TLS != nil {
 		l = tls.NewListener(l, s.opts.TLS)
 	}
@@ -166,6 +186,12 @@ func (s *Server) Serve(l net.Listener) error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		BaseContext:       func(net.Listener) context.Context { return context.Background() },
+		ConnContext:       connContext,
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if lc := limitedOf(c); lc != nil {
+				lc.state(st)
+			}
+		},
 	}
 	s.mu.Lock()
 	s.srv = srv

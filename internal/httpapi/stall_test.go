@@ -30,7 +30,7 @@ func TestStalledSSEClientIsCut(t *testing.T) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetReadBuffer(4096)
 	}
-	fmt.Fprintf(conn, "GET /macp/session/%s/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice\r\n\r\n", sid)
+	fmt.Fprintf(conn, "GET /macp/session/%s/events HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer alice\r\n\r\n", sid) // a Host the listener serves (dev mode)
 	// The slot is taken: a second feed is refused.
 	deadline := time.Now().Add(5 * time.Second)
 	for {

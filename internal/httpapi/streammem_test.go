@@ -108,6 +108,12 @@ func TestNeverReadingHTTPFollowersStayWithinTheStreamBudget(t *testing.T) {
 	if budget != config.DefaultLimits().StreamBufferBudgetBytes || cfg.Limits.MaxStreamsPerIdentity != 256 {
 		t.Fatalf("test config changed the defaults: budget %d, streams per identity %d", budget, cfg.Limits.MaxStreamsPerIdentity)
 	}
+	// All followers are one identity's on one session: with its default
+	// share (1/8 of the budget) only a share's worth of them progresses
+	// at a time and ending them all takes longer than this test looks.
+	// This test measures the global bound; the shares have their own
+	// (TestOneIdentityCannotStallOtherSessionsSSE and the gRPC one).
+	cfg.Limits.StreamBufferIdentityBytes, cfg.Limits.StreamBufferSessionBytes = budget, budget
 	e := startApp(t, cfg)
 	const records, size = 100, 1000 << 10 // ~100 MB
 	const perKind = 128
@@ -152,7 +158,7 @@ func TestNeverReadingHTTPFollowersStayWithinTheStreamBudget(t *testing.T) {
 				_ = tc.SetReadBuffer(16 << 10)
 			}
 			sse[i] = c
-			_, err = fmt.Fprintf(c, "GET /macp/session/%s/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice\r\n\r\n", sid)
+			_, err = fmt.Fprintf(c, "GET /macp/session/%s/events HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer alice\r\n\r\n", sid) // a Host the listener serves (dev mode)
 			if err != nil {
 				errs <- err
 			}

@@ -42,7 +42,13 @@ type Transport struct {
 	// MaxConnectionsPerAddr caps the connections one client IP address has
 	// open; further ones are closed when accepted.
 	MaxConnectionsPerAddr int
-	// FirstCallTimeout closes a connection that has not started a call this
-	// long after it was accepted.
+	// MaxConnectionsPerPrefix64 caps the connections the IPv6 addresses
+	// of one /64 prefix (one subscriber's network) have open together;
+	// further ones are closed when accepted. IPv4 addresses count only
+	// per address.
+	MaxConnectionsPerPrefix64 int
+	// FirstCallTimeout closes a connection that has not started a call
+	// this long after it was accepted, and one that made only
+	// unauthenticated calls once it has had none in flight for this long.
 	FirstCallTimeout time.Duration
 }

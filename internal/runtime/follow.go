@@ -430,6 +430,9 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 	}
 	next := after + 1
 	w := opts.Window
+	if w != nil {
+		w.Bind(id.Sender, sessionID) // the identity's and session's shares (streambudget.go)
+	}
 	// deliver hands rec to fn. charged: the window was charged for rec
 	// already (store chunks); otherwise it is charged here (tail records,
 	// which are in memory anyway), waiting while the bounds say so.

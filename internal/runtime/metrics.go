@@ -68,6 +68,11 @@ var (
 		"Deliveries that waited because a stream's bound or the global budget was reached.", nil, nil)
 	descStreamsStalled = prometheus.NewDesc("macpd_streams_stalled_total",
 		"Streams ended because their client took nothing for MACP_STREAM_STALL_TIMEOUT_MS.", nil, nil)
+	descStreamHolder = prometheus.NewDesc("macpd_stream_buffer_holder_bytes",
+		"Bytes of macpd_stream_buffer_bytes held by the streams of one identity or one session, for the top holders of each kind (MACP_STREAM_BUFFER_IDENTITY_BYTES, MACP_STREAM_BUFFER_SESSION_BYTES bound them).",
+		[]string{"kind", "holder"}, nil)
+	descStreamThrottled = prometheus.NewDesc("macpd_stream_buffer_throttled_total",
+		"Deliveries that waited because their identity or session held its share of the stream buffers.", nil, nil)
 	descFollowers = prometheus.NewDesc("macpd_followers",
 		"Registered session followers (StreamSession readers).", nil, nil)
 )
@@ -114,7 +119,13 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descStreamBudget
 	ch <- descStreamWaits
 	ch <- descStreamsStalled
+	ch <- descStreamHolder
+	ch <- descStreamThrottled
 }
+
+// streamTopHolders is how many identities and sessions
+// macpd_stream_buffer_holder_bytes reports (the largest holders).
+const streamTopHolders = 5
 
 // Collect implements prometheus.Collector. The gauges hold the runtime's
 // read lock for three O(1) reads.
@@ -141,6 +152,14 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descStreamBudget, prometheus.GaugeValue, float64(sb.Total))
 	ch <- prometheus.MustNewConstMetric(descStreamWaits, prometheus.CounterValue, float64(sb.Waits))
 	ch <- prometheus.MustNewConstMetric(descStreamsStalled, prometheus.CounterValue, float64(sb.Stalled))
+	ch <- prometheus.MustNewConstMetric(descStreamThrottled, prometheus.CounterValue, float64(sb.Throttled))
+	ids, sess := r.streams.TopHolders(streamTopHolders)
+	for _, h := range ids {
+		ch <- prometheus.MustNewConstMetric(descStreamHolder, prometheus.GaugeValue, float64(h.Bytes), "identity", h.Name)
+	}
+	for _, h := range sess {
+		ch <- prometheus.MustNewConstMetric(descStreamHolder, prometheus.GaugeValue, float64(h.Bytes), "session", h.Name)
+	}
 }
 
 // group counts one started group once its outcome is known (completer).

@@ -42,7 +42,7 @@ func (r *Runtime) SendPipelined(ctx context.Context, id coord.Identity, env *mac
 	if cerr := r.admit(ctx, id, env); cerr != nil { // as Send
 		return answered(nackFor(env, cerr, 0))
 	}
-	if err := session.CheckEnvelope(env, r.opts.Limits); err != nil {
+	if err := session.CheckNewEnvelope(env, r.opts.Limits); err != nil {
 		return answered(nackFor(env, err, 0))
 	}
 	p := r.stepSubmit(ctx, env)

@@ -168,7 +168,7 @@ func New(st store.Store, modes *mode.Registry, policies policy.Lookup, opts Opti
 		Lifecycle:       NewLifecycleFeed(opts.SubscriberBuffer, opts.MaxWatchPending),
 		Registry:        NewHub[int64](16),
 		rates:           newSenderRates(opts),
-		streams:         NewStreamBudget(opts.StreamBuffers, opts.Clock),
+		streams:         NewStreamBudget(streamBudgetLogger(opts.StreamBuffers, opts.Logger), opts.Clock),
 		metrics:         opts.Metrics,
 	}
 	if opts.Metrics != nil {

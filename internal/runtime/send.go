@@ -40,7 +40,7 @@ func (r *Runtime) Send(ctx context.Context, id coord.Identity, env *macpv1.Envel
 	if cerr := r.admit(ctx, id, env); cerr != nil { // ratelimit.go: sender's rate, ambient relations
 		return nackFor(env, cerr, 0)
 	}
-	if err := session.CheckEnvelope(env, r.opts.Limits); err != nil {
+	if err := session.CheckNewEnvelope(env, r.opts.Limits); err != nil {
 		return nackFor(env, err, 0)
 	}
 	switch env.MessageType {

@@ -81,7 +81,7 @@ func New(rt *runtime.Runtime, a auth.Authenticator, opts Options) *Service {
 	}
 	drain, drainNow := context.WithCancel(context.Background())
 	return &Service{rt: rt, auth: a, opts: opts, log: opts.Logger, drain: drain, drainNow: drainNow, lim: newStreamLimits(opts.Limits),
-		guard: newConnGuard(opts.Limits.MaxConnectionsPerAddr, opts.Limits.FirstCallTimeout)}
+		guard: newConnGuard(opts.Limits, opts.Logger)}
 }
 
 // Drain ends every open stream (the watch streams idle until the client
@@ -123,6 +123,7 @@ func (s *Service) authenticate(ctx context.Context, method string) (context.Cont
 	id, err := auth.AuthenticateIncoming(ctx, s.auth)
 	switch {
 	case err == nil:
+		s.guard.authenticated(ctx) // connguard.go: the connection keeps MACP_MAX_CONNECTION_IDLE_MS
 		return context.WithValue(ctx, identityKey{}, id), nil
 	case publicMethods[method] && errors.Is(err, auth.ErrNoCredentials):
 		return ctx, nil
@@ -472,7 +473,7 @@ func (s *Service) WatchSignals(_ *macpv1.WatchSignalsRequest, stream grpc.Server
 	// The encoded copy gRPC keeps until the client reads is charged to the
 	// stream buffers (runtime/streambudget.go): a watcher that does not
 	// read waits here, its subscription fills up and it is dropped.
-	sw := newSendWindow(s.rt)
+	sw := s.newSendWindow(stream.Context())
 	defer sw.end()
 	w := sw.w
 	for {

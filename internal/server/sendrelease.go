@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	goruntime "runtime"
 	"sync"
 	"sync/atomic"
@@ -155,16 +156,32 @@ func encodeRecord(env *macpv1.Envelope) ([]byte, error) {
 // it: charges of sent messages are released when gRPC frees them (see
 // above), and the window closes once the call has ended and gRPC holds
 // nothing of it. Every holder (the call, its sender goroutine, each sent
-// message) takes a hold; the last one to drop closes the window.
+// message) takes a hold; the last one to drop closes the window. When the
+// call's connection ends, the window closes at once (guardedConn.Close):
+// gRPC writes nothing of that connection any more, and what it still
+// referenced is garbage, so its charges go back deterministically, not
+// when the collector finds the buffers (the cleanups above stay as a
+// safety net only).
 type sendWindow struct {
 	w     *runtime.StreamWindow
 	holds atomic.Int64
+	conn  *guardedConn // the call's connection, if the guard knows it
 }
 
-// newSendWindow opens a window held by the call (end drops that hold).
-func newSendWindow(rt *runtime.Runtime) *sendWindow {
-	sw := &sendWindow{w: rt.StreamBudget().NewWindow()}
+// newSendWindow opens a window held by the call in ctx (end drops that
+// hold), counted against the caller's share (runtime.StreamWindow.Bind)
+// and closed when the call's connection ends.
+func (s *Service) newSendWindow(ctx context.Context) *sendWindow {
+	sw := &sendWindow{w: s.rt.StreamBudget().NewWindow()}
 	sw.holds.Store(1)
+	if id, ok := identityFrom(ctx); ok {
+		sw.w.Bind(id.Sender, "")
+	}
+	if s.guard != nil {
+		if gc := s.guard.connOf(ctx); gc != nil {
+			gc.addWindow(sw)
+		}
+	}
 	return sw
 }
 
@@ -173,6 +190,9 @@ func (sw *sendWindow) hold() { sw.holds.Add(1) }
 func (sw *sendWindow) drop() {
 	if sw.holds.Add(-1) == 0 {
 		sw.w.Close() // returns what was charged and never sent too
+		if sw.conn != nil {
+			sw.conn.removeWindow(sw)
+		}
 	}
 }
 

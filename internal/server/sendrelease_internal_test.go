@@ -46,7 +46,7 @@ func TestEncodedRecordsSharedAndChargesReleased(t *testing.T) {
 	codec := newRequestCodec()
 	const cost = 1000
 	stream := func() (*sendWindow, *recordSender) {
-		sw := newSendWindow(rt)
+		sw := (&Service{rt: rt}).newSendWindow(context.Background())
 		if err := sw.w.Acquire(context.Background(), cost); err != nil {
 			t.Fatal(err)
 		}

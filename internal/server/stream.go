@@ -92,7 +92,7 @@ func (s *Service) StreamSession(stream grpc.BidiStreamingServer[macpv1.StreamSes
 		sendErr:    make(chan error, 1),
 		cancel:     cancel,
 	}
-	st.sw = newSendWindow(s.rt)
+	st.sw = s.newSendWindow(ctx)
 	st.window = st.sw.w
 	st.acks = newAckPipe(func(ack *macpv1.Ack) { st.answer(ctx, ack) })
 	defer func() { cancel(); st.acks.stop() }()

@@ -43,6 +43,22 @@ func CheckEnvelope(env *macpv1.Envelope, lim Limits) *coord.Error {
 	return nil
 }
 
+// CheckNewEnvelope is CheckEnvelope plus the rules that apply to envelopes
+// being admitted but not to stored history (which replays under the rules
+// it was accepted by): message_id holds no control character (C0, DEL),
+// which would split or hide it in logs and terminals.
+func CheckNewEnvelope(env *macpv1.Envelope, lim Limits) *coord.Error {
+	if err := CheckEnvelope(env, lim); err != nil {
+		return err
+	}
+	for i := 0; i < len(env.MessageId); i++ {
+		if c := env.MessageId[i]; c < 0x20 || c == 0x7f {
+			return coord.Errorf(coord.CodeInvalidEnvelope, "message_id contains the control character 0x%02X at byte %d; use printable characters", c, i)
+		}
+	}
+	return nil
+}
+
 // CheckAmbient validates an ambient Signal or Progress envelope (already
 // structurally checked). Signals never touch session state (RFC-MACP-0001
 // §7.4); this only checks the payload.

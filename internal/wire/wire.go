@@ -154,6 +154,9 @@ func DecodeEnvelope(b []byte) (*macpv1.Envelope, *coord.Error) {
 	if !utf8.Valid(b) {
 		return nil, invalid("the envelope JSON is not valid UTF-8")
 	}
+	if cerr := uniqueTopLevelKeys(b); cerr != nil {
+		return nil, cerr
+	}
 	var fields map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(&fields); err != nil {
@@ -248,6 +251,42 @@ func DecodeEnvelope(b []byte) (*macpv1.Envelope, *coord.Error) {
 		env.Payload = pb
 	}
 	return env, nil
+}
+
+// uniqueTopLevelKeys refuses an envelope object that names a top-level
+// key twice, also in another letter case ("message_id" and "Message_ID"):
+// decoded into a map, the last one would win silently (inside the payload,
+// protojson refuses duplicates itself). What is not an object is left to
+// DecodeEnvelope's own errors.
+func uniqueTopLevelKeys(b []byte) *coord.Error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	seen := map[string]string{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		k, ok := t.(string)
+		if !ok {
+			return nil
+		}
+		fold := strings.ToLower(k)
+		if prev, dup := seen[fold]; dup {
+			if prev == k {
+				return invalid("the envelope names %q twice; send each field once", k)
+			}
+			return invalid("the envelope names %q and %q, the same field in another letter case; send each field once, in its documented spelling", prev, k)
+		}
+		seen[fold] = k
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil
+		}
+	}
+	return nil
 }
 
 // ErrorOf returns the MACPError of a coord error.

@@ -66,3 +66,25 @@ func TestDecodeEnvelopeForms(t *testing.T) {
 		}
 	}
 }
+
+// Issue 26 item 7: a top-level key named twice, or twice in different
+// letter case, is refused INVALID_ENVELOPE (the last one used to win
+// silently); distinct keys still decode.
+func TestDecodeEnvelopeDuplicateKeys(t *testing.T) {
+	const base = `"macp_version":"1.0","mode":"macp.mode.decision.v1","message_type":"Proposal","session_id":"s1"`
+	for _, js := range []string{
+		`{` + base + `,"message_id":"a","message_id":"b"}`,
+		`{` + base + `,"message_id":"a","Message_Id":"b"}`,
+		`{` + base + `,"message_id":"a","payload_b64":"","PAYLOAD_B64":"eA=="}`,
+		`{"session_id":"s0",` + base + `,"message_id":"a"}`,
+	} {
+		env, cerr := DecodeEnvelope([]byte(js))
+		if cerr == nil || cerr.Code != coord.CodeInvalidEnvelope {
+			t.Errorf("%s: %v %v, want INVALID_ENVELOPE", js, env, cerr)
+		}
+	}
+	env, cerr := DecodeEnvelope([]byte(`{` + base + `,"message_id":"a","payload":{"proposal_id":"p","option":"x"}}`))
+	if cerr != nil || env.GetMessageId() != "a" {
+		t.Fatalf("distinct keys: %v %v", env, cerr)
+	}
+}

@@ -39,3 +39,11 @@ func AbsentLen(s *Store) int {
 func CompactAll(s *Store) error {
 	return s.db.Compact(context.Background(), []byte{0}, []byte{0xff, 0xff, 0xff}, true)
 }
+
+// ScanWAL is scanWAL (repair.go), for the tests that feed it damaged
+// logs: the session ids of the readable records, and whether the file
+// holds damage.
+func ScanWAL(path string) (map[string]bool, bool, error) { return scanWAL(path) }
+
+// ParseHistKey is parseHistKey.
+func ParseHistKey(k []byte) (string, uint64, bool) { return parseHistKey(k) }

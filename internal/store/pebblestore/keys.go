@@ -62,7 +62,12 @@ func histEnd(id string) []byte {
 // parseHistKey splits a key of the h/ space into session id and seq. ok is
 // false for a key that does not have the layout (the id is then the best
 // guess, for naming the damage).
+// A key outside the h/ space (such as the 1-byte format key "f", which a
+// WAL scan meets) is not a record key: "", 0, false.
 func parseHistKey(k []byte) (id string, seq uint64, ok bool) {
+	if !bytes.HasPrefix(k, []byte(histPrefix)) {
+		return "", 0, false
+	}
 	rest := k[len(histPrefix):]
 	i := bytes.IndexByte(rest, 0)
 	if i < 0 {
@@ -73,6 +78,23 @@ func parseHistKey(k []byte) (id string, seq uint64, ok bool) {
 		return id, 0, false
 	}
 	return id, binary.BigEndian.Uint64(rest[i+1:]), true
+}
+
+// keySuffix returns what follows prefix in k; ok is false when k does not
+// start with prefix. Every parser of keys checks the prefix before it
+// slices: a damaged store or WAL may hold any key.
+func keySuffix(k []byte, prefix string) (rest string, ok bool) {
+	if !bytes.HasPrefix(k, []byte(prefix)) {
+		return "", false
+	}
+	return string(k[len(prefix):]), true
+}
+
+// suffix is keySuffix for keys from an iterator bounded by prefix (which
+// never yields another key); "" otherwise.
+func suffix(k []byte, prefix string) string {
+	rest, _ := keySuffix(k, prefix)
+	return rest
 }
 
 func indexKey(id string) []byte { return append([]byte(indexPrefix), id...) }

@@ -308,7 +308,7 @@ func (s *Store) loadOpenSet() error {
 	var verr error
 	for ok := it.First(); ok; ok = it.Next() {
 		sessions++
-		id := string(it.Key()[len(indexPrefix):])
+		id := suffix(it.Key(), indexPrefix)
 		v, err := it.ValueAndErr()
 		if err != nil {
 			verr = err

@@ -410,7 +410,7 @@ func readMarks(r pebble.Reader) (map[string]string, error) {
 			qit.Close()
 			return nil, err
 		}
-		marks[string(qit.Key()[len(quarPrefix):])] = string(v)
+		marks[suffix(qit.Key(), quarPrefix)] = string(v)
 	}
 	if err := errors.Join(qit.Error(), qit.Close()); err != nil {
 		return nil, err
@@ -476,7 +476,7 @@ func (s *Store) list(ctx context.Context, fn func(store.SessionInfo, error) erro
 		}
 		var iid string
 		if iok {
-			iid = string(iit.Key()[len(indexPrefix):])
+			iid = suffix(iit.Key(), indexPrefix)
 		}
 		id := iid
 		if !iok || (hok && hid < iid) {
@@ -549,7 +549,7 @@ func (s *Store) listOpen(ctx context.Context, fn func(store.SessionInfo, error) 
 		case !ook:
 			id, marked = marked[0], marked[1:]
 		default:
-			id = string(oit.Key()[len(openPrefix):])
+			id = suffix(oit.Key(), openPrefix)
 			if len(marked) > 0 && marked[0] <= id {
 				if marked[0] == id {
 					ook = oit.Next()
@@ -604,7 +604,7 @@ func (s *Store) ListMeta(ctx context.Context, prefix string, fn func(string, []b
 		if err != nil {
 			return err
 		}
-		if err := fn(string(it.Key()[len(metaPrefix):]), v); err != nil {
+		if err := fn(suffix(it.Key(), metaPrefix), v); err != nil {
 			return err
 		}
 	}

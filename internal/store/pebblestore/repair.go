@@ -176,8 +176,8 @@ func scanWAL(path string) (map[string]bool, bool, error) {
 					}
 					if id, _, ok := parseHistKey(k); ok {
 						ids[id] = true
-					} else if strings.HasPrefix(string(k), indexPrefix) {
-						ids[string(k[len(indexPrefix):])] = true
+					} else if id, ok := keySuffix(k, indexPrefix); ok {
+						ids[id] = true
 					}
 				}
 				continue
