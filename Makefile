@@ -53,7 +53,7 @@ lint: ## The format check, go vet and scripts/check-docs.sh (README, Makefile an
 
 .PHONY: test-all
 test-all: lint ## Everything CI runs (.ci/run): race on every package without -short (full counts, soak, crash loops, cluster kills, browser and outside clients), fuzzing, conformance
-	go test -race -count=1 ./...
+	go test -race -count=1 -timeout 15m ./...
 	@# Tests that skip under the race detector (allocation counts: it allocates) run here without it.
 	set -o pipefail; go test -count=1 -v -run 'Alloc' $$(grep -rl --include='*_test.go' 'if raceEnabled' . | xargs -n1 dirname | sort -u) | grep -E '^(--- |ok|FAIL|PASS)'
 	bash scripts/test-extra.sh
