@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -122,11 +123,14 @@ func (w *world) newSession() (*simSession, *macpv1.Envelope) {
 		acked:     make(map[string]bool), unsure: make(map[string]bool), from: make(map[string]coord.Identity),
 	}
 	s.parts = agents[:2+w.pick(2)]
+	if s.mode == handoff.ModeID { // the initiator is the first owner and must take part (RFC-MACP-0010 §3)
+		s.parts = append([]coord.Identity{s.initiator}, s.parts...)
+	}
 	var parts []string
 	for _, p := range s.parts {
 		parts = append(parts, p.Sender)
 	}
-	ttls := []int64{2_000, 30_000, 5 * 60_000, 30 * 60_000}
+	ttls := []int64{2_000, 30_000, 5 * 60_000, 30 * 60_000, 2 * 60 * 60_000}
 	suspends := []int64{0, 10_000, 2 * 60_000}
 	pl := &macpv1.SessionStartPayload{
 		Intent: "sim", Participants: parts, ModeVersion: "1.0.0", ConfigurationVersion: "cfg-1",
@@ -278,6 +282,9 @@ func (w *world) record(s *simSession, who coord.Identity, env *macpv1.Envelope, 
 		code += " duplicate"
 	}
 	w.logf("%s %s %s %s by %s -> %s %s", what, env.SessionId, env.MessageId, env.MessageType, who.Sender, code, ack.SessionState)
+	if debugReasons && ack.Error != nil {
+		w.logf("  reason: %s", ack.Error.Message)
+	}
 	if wasAcked && !(ack.Ok && ack.Duplicate) {
 		w.fail("%s %s was acknowledged before; resent it was answered %s, not a duplicate", env.SessionId, env.MessageId, code)
 	}
@@ -380,7 +387,7 @@ func (w *world) actResume() {
 	})
 }
 
-var advances = []time.Duration{50 * time.Millisecond, time.Second, 10 * time.Second, time.Minute, 5 * time.Minute, 20 * time.Minute}
+var advances = []time.Duration{50 * time.Millisecond, time.Second, time.Second, 10 * time.Second, 10 * time.Second, time.Minute, time.Minute, 5 * time.Minute, 20 * time.Minute}
 
 func (w *world) actAdvance() {
 	d := advances[w.pick(len(advances))]
@@ -510,3 +517,7 @@ func codeOf(cerr *coord.Error) string {
 	}
 	return string(cerr.Code)
 }
+
+// debugReasons adds every rejection's message to the trace (they are
+// deterministic too, but long).
+var debugReasons = os.Getenv("SIM_REASONS") != ""
