@@ -28,6 +28,10 @@ test: ## Run vet, the format check and all tests (race detector on)
 	@# Tests that skip under the race detector (allocation counts: it allocates) run here without it.
 	set -o pipefail; go test -count=1 -v -run 'Alloc' $$(grep -rl --include='*_test.go' 'if raceEnabled' . | xargs -n1 dirname | sort -u) | grep -E '^(--- |ok|FAIL|PASS)'
 
+.PHONY: sim
+sim: ## Deterministic simulation (internal/sim), no race detector: SEEDS=N seeds from FIRST=1 (default 60), or SEED=N to rerun one with its trace
+	go test -count=1 -timeout 0 ./internal/sim -run 'TestSim$$' $(if $(SEED),-seed $(SEED) -simtrace -v,-seeds $(or $(SEEDS),60) -first $(or $(FIRST),1))
+
 .PHONY: build
 build: ## Build bin/macpd, bin/macpctl, bin/macpbench and the benchmark ceilings (echo-bench, disksync)
 	go build -o bin/ ./cmd/...

@@ -15,6 +15,7 @@ import (
 	"github.com/macpd/macpd/internal/mode/proposal"
 	"github.com/macpd/macpd/internal/mode/quorum"
 	"github.com/macpd/macpd/internal/mode/task"
+	"github.com/macpd/macpd/internal/session"
 )
 
 // The simulated identities. Initiators are not participants (Decision lets
@@ -100,6 +101,20 @@ func (w *world) anySession() *simSession {
 		return w.sessions[len(w.sessions)-1-w.pick(3)]
 	}
 	return w.sessions[w.pick(len(w.sessions))]
+}
+
+// openSession picks a session last seen OPEN (nil if none).
+func (w *world) openSession() *simSession {
+	var open []*simSession
+	for _, s := range w.sessions {
+		if s.started && !s.terminal && s.status == session.Open {
+			open = append(open, s)
+		}
+	}
+	if len(open) == 0 {
+		return nil
+	}
+	return open[w.pick(len(open))]
 }
 
 func (w *world) anySender(s *simSession) coord.Identity {
@@ -468,14 +483,14 @@ func (w *world) actFault() {
 // in flight while the clock moves (deadlines pass, expiries queue behind
 // it), or the process crashes with the append unsynced.
 func (w *world) actHold() {
-	s := w.anySession()
+	s := w.openSession()
 	if s == nil {
 		return
 	}
 	w.inj.arm("hold")
 	entered := w.inj.entered
 	env := w.messageEnv(s)
-	who := w.anySender(s)
+	who := s.parts[w.pick(len(s.parts))] // a participant: likely accepted, so there is a sync to hold
 	wasAcked := s.acked[env.MessageId]
 	acks := make(chan *macpv1.Ack, 1)
 	rt := w.rt
