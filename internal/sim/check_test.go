@@ -202,6 +202,7 @@ type follower struct {
 }
 
 func (w *world) follow(s *simSession, who coord.Identity, after uint64) {
+	stored := uint64(len(w.history(s.id)))
 	ctx, cancel := context.WithCancel(w.ctx)
 	f := &follower{n: len(w.followers) + 1, s: s, who: who, after: after, cancel: cancel, done: make(chan struct{})}
 	rt := w.rt
@@ -232,6 +233,10 @@ func (w *world) follow(s *simSession, who coord.Identity, after uint64) {
 		return
 	}
 	w.logf("follow f%d %s by %s after %d -> from %d", f.n, s.id, who.Sender, after, eff)
+	if want := min(after, stored); eff != want {
+		// A cursor beyond the end means "live from now" (no LiveSinceMs).
+		w.fail("follower f%d of %s asked for records after %d with %d stored: it starts after %d, want %d", f.n, s.id, after, stored, eff, want)
+	}
 	w.followers = append(w.followers, f)
 	w.catchUp(f)
 }
