@@ -58,7 +58,7 @@ func TestSimFindsMutations(t *testing.T) {
 		found := 0
 		const tries = 3
 		for seed := uint64(1); seed <= tries; seed++ {
-			_, failed := run(config{seed: seed, steps: *flagSteps, mutate: m})
+			_, failed := run(config{seed: seed, steps: steps(), mutate: m})
 			if failed != "" {
 				found++
 				t.Logf("mutation %s, seed %d: %s", m, seed, failed)

@@ -13,7 +13,7 @@ var (
 	flagSeed   = flag.Uint64("seed", 0, "run only this seed (0: the fixed CI set)")
 	flagSeeds  = flag.Int("seeds", 0, "how many seeds to run, from -first (0: SIM_SEEDS, else 60; 6 with -short or -race)")
 	flagFirst  = flag.Uint64("first", 1, "first seed of the set")
-	flagSteps  = flag.Int("steps", 300, "steps per seed")
+	flagSteps  = flag.Int("steps", 300, "steps per seed (100 under -race unless set)")
 	flagTrace  = flag.Bool("simtrace", false, "print every run's trace")
 	flagMutate = flag.String("mutate", os.Getenv("SIM_MUTATE"), "harness-only mutation to run under (see mutations_test.go)")
 )
@@ -45,6 +45,17 @@ func run(cfg config) (trace []string, failed string) {
 	w.final()
 	w.shutdown()
 	return w.trace, ""
+}
+
+// steps is the steps per seed: -steps, or 100 under the race detector
+// (make test), which runs the package about ten times slower.
+func steps() int {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "steps" })
+	if raceEnabled && !set {
+		return 100
+	}
+	return *flagSteps
 }
 
 func seedCount(t *testing.T) int {
@@ -94,7 +105,7 @@ func tail(trace []string, n int) string {
 func TestSim(t *testing.T) {
 	failedSeeds := 0
 	for _, seed := range seeds(t) {
-		trace, failed := run(config{seed: seed, steps: *flagSteps, mutate: *flagMutate})
+		trace, failed := run(config{seed: seed, steps: steps(), mutate: *flagMutate})
 		if *flagTrace {
 			t.Logf("trace of seed %d:\n%s", seed, strings.Join(trace, "\n"))
 		}
@@ -113,14 +124,18 @@ func TestSim(t *testing.T) {
 // TestSimReproducible runs seeds twice and requires byte-for-byte the same
 // trace: the whole point of a seed.
 func TestSimReproducible(t *testing.T) {
-	for _, seed := range []uint64{3, 17, 29, 41} {
-		a, fa := run(config{seed: seed, steps: *flagSteps})
-		b, fb := run(config{seed: seed, steps: *flagSteps})
+	set := []uint64{3, 17, 29, 41}
+	if raceEnabled {
+		set = set[:2]
+	}
+	for _, seed := range set {
+		a, fa := run(config{seed: seed, steps: steps()})
+		b, fb := run(config{seed: seed, steps: steps()})
 		if fa != "" || fb != "" {
 			t.Fatalf("seed %d failed: %q / %q; rerun: %s", seed, fa, fb, reproduce(seed, ""))
 		}
-		if len(a) < *flagSteps {
-			t.Fatalf("seed %d: trace of %d lines for %d steps", seed, len(a), *flagSteps)
+		if len(a) < steps() {
+			t.Fatalf("seed %d: trace of %d lines for %d steps", seed, len(a), steps())
 		}
 		sa, sb := strings.Join(a, "\n"), strings.Join(b, "\n")
 		if sa == sb {
