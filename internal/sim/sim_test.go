@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 var (
@@ -21,7 +22,14 @@ var (
 // run simulates one seed and returns its trace and the violated
 // invariant ("" if none).
 func run(cfg config) (trace []string, failed string) {
+	trace, failed, _ = runTimed(cfg)
+	return trace, failed
+}
+
+// runTimed is run that also reports how much fake time the run covered.
+func runTimed(cfg config) (trace []string, failed string, simulated time.Duration) {
 	w := newWorld(cfg)
+	defer func() { simulated = w.clk.Now().Sub(epoch) }()
 	defer func() {
 		if p := recover(); p != nil {
 			f, ok := p.(failure)
@@ -44,7 +52,7 @@ func run(cfg config) (trace []string, failed string) {
 	}
 	w.final()
 	w.shutdown()
-	return w.trace, ""
+	return w.trace, "", 0
 }
 
 // steps is the steps per seed: -steps, or 100 under the race detector
@@ -104,8 +112,11 @@ func tail(trace []string, n int) string {
 // TestSim runs the simulation for each seed of the set (or -seed N).
 func TestSim(t *testing.T) {
 	failedSeeds := 0
-	for _, seed := range seeds(t) {
-		trace, failed := run(config{seed: seed, steps: steps(), mutate: *flagMutate})
+	var total time.Duration
+	list := seeds(t)
+	for _, seed := range list {
+		trace, failed, simulated := runTimed(config{seed: seed, steps: steps(), mutate: *flagMutate})
+		total += simulated
 		if *flagTrace {
 			t.Logf("trace of seed %d:\n%s", seed, strings.Join(trace, "\n"))
 		}
@@ -116,9 +127,7 @@ func TestSim(t *testing.T) {
 		}
 		t.Logf("seed %d: %s", seed, strings.TrimSpace(trace[len(trace)-1][16:]))
 	}
-	if failedSeeds > 0 {
-		t.Logf("%d seeds failed", failedSeeds)
-	}
+	t.Logf("%d seeds (%d steps each), %d failed, %.1f simulated hours", len(list), steps(), failedSeeds, total.Hours())
 }
 
 // TestSimReproducible runs seeds twice and requires byte-for-byte the same
