@@ -306,6 +306,14 @@ func (w *world) record(s *simSession, who coord.Identity, env *macpv1.Envelope, 
 	if env.SessionId != s.id || env.MessageId == "" {
 		return
 	}
+	if ack.Ok && !ack.Duplicate && env.MessageType == coord.TypeCommitment {
+		// At most one terminal outcome: a second Commitment accepted for
+		// one session would be a second outcome.
+		if s.resolvedBy != "" && s.resolvedBy != env.MessageId {
+			w.fail("%s: Commitment %s accepted after Commitment %s resolved the session", s.id, env.MessageId, s.resolvedBy)
+		}
+		s.resolvedBy = env.MessageId
+	}
 	switch {
 	case ack.Ok:
 		s.acked[env.MessageId] = true

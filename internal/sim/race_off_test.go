@@ -2,4 +2,4 @@
 
 package sim
 
-const raceEnabled = false
+const underRace = false

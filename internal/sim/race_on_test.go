@@ -2,4 +2,4 @@
 
 package sim
 
-const raceEnabled = true
+const underRace = true

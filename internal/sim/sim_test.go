@@ -60,7 +60,7 @@ func runTimed(cfg config) (trace []string, failed string, simulated time.Duratio
 func steps() int {
 	set := false
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "steps" })
-	if raceEnabled && !set {
+	if underRace && !set {
 		return 100
 	}
 	return *flagSteps
@@ -77,7 +77,7 @@ func seedCount(t *testing.T) int {
 		}
 		return n
 	}
-	if testing.Short() || raceEnabled { // make test runs with -race: a few seeds there, the budget in make sim
+	if testing.Short() || underRace { // make test runs with -race: a few seeds there, the budget in make sim
 		return 6
 	}
 	return 60
@@ -134,7 +134,7 @@ func TestSim(t *testing.T) {
 // trace: the whole point of a seed.
 func TestSimReproducible(t *testing.T) {
 	set := []uint64{3, 17, 29, 41}
-	if raceEnabled {
+	if underRace {
 		set = set[:2]
 	}
 	for _, seed := range set {

@@ -84,16 +84,17 @@ type simSession struct {
 	parts     []coord.Identity
 	policy    string
 
-	started   bool                      // SessionStart acknowledged (or found in history after a crash)
-	sent      []*macpv1.Envelope        // each message id once, first sent first
-	from      map[string]coord.Identity // who sent each message id
-	acked     map[string]bool           // message ids acknowledged ok (they must be in history for ever)
-	unsure    map[string]bool           // message ids answered INTERNAL_ERROR or lost in a crash
-	props     []string                  // proposal ids sent
-	status    session.Status            // as last read (Inspect)
-	expiry    int64                     // session.ExpiryMs as last read; 0: none
-	inspected bool                      // expiry was read at least once
-	terminal  bool
+	started    bool                      // SessionStart acknowledged (or found in history after a crash)
+	sent       []*macpv1.Envelope        // each message id once, first sent first
+	from       map[string]coord.Identity // who sent each message id
+	acked      map[string]bool           // message ids acknowledged ok (they must be in history for ever)
+	unsure     map[string]bool           // message ids answered INTERNAL_ERROR or lost in a crash
+	props      []string                  // proposal ids sent
+	resolvedBy string                    // the Commitment acknowledged (not as a duplicate)
+	status     session.Status            // as last read (Inspect)
+	expiry     int64                     // session.ExpiryMs as last read; 0: none
+	inspected  bool                      // expiry was read at least once
+	terminal   bool
 }
 
 func newWorld(cfg config) *world {
