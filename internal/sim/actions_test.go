@@ -445,7 +445,7 @@ func (w *world) actFollow() {
 	case 3:
 		who = outsider
 	}
-	w.follow(s, who, after)
+	w.follow(s, who, after, false)
 }
 
 func (w *world) actPolicy() {
@@ -513,12 +513,26 @@ func (w *world) actHold() {
 		w.fail("held send neither wrote nor answered")
 	}
 	w.heldSyncs++
+	var midSync *follower
+	if w.chance(40) {
+		// A subscriber arrives while the record is visible in the store
+		// but not durable: it must not get it before the sync completes
+		// (nor at all if the process dies first).
+		after := uint64(0)
+		if n, ok := w.rt.LastSeq(s.id); ok && n > 0 {
+			after = uint64(w.pick(int(n)))
+		}
+		midSync = w.follow(s, observer, after, true)
+	}
 	if w.chance(50) {
 		d := advances[w.pick(len(advances))]
 		w.logf("sync held for %s %s %s by %s; advance %s", s.id, env.MessageId, env.MessageType, who.Sender, d)
 		w.clk.Advance(d)
 		w.inj.releaseAll()
 		w.record(s, who, env, <-acks, "held", wasAcked)
+		if midSync != nil && !w.awaitStart(midSync) {
+			w.fail("follower f%d of %s, subscribed during a held sync, was refused", midSync.n, s.id)
+		}
 		return
 	}
 	w.logf("sync held for %s %s %s by %s; crash", s.id, env.MessageId, env.MessageType, who.Sender)

@@ -189,6 +189,7 @@ type follower struct {
 	s      *simSession
 	who    coord.Identity
 	after  uint64
+	stored uint64 // durable records when it subscribed
 	cancel context.CancelFunc
 	done   chan struct{}
 
@@ -201,10 +202,18 @@ type follower struct {
 	checked int // how many of got were compared with the store
 }
 
-func (w *world) follow(s *simSession, who coord.Identity, after uint64) {
-	stored := uint64(len(w.history(s.id)))
+// follow starts a follower of s after the cursor and waits for it to
+// start and catch up. With midSync (an append of s is held in its sync:
+// Follow waits for it to be durable before it starts) it only starts the
+// follower; the caller then releases the sync and calls awaitStart, or
+// crashes (the follower dies with the process, having got nothing).
+func (w *world) follow(s *simSession, who coord.Identity, after uint64, midSync bool) *follower {
+	stored, ok := w.rt.LastSeq(s.id) // durable, whatever the store shows
+	if !ok {
+		stored = uint64(len(w.history(s.id)))
+	}
 	ctx, cancel := context.WithCancel(w.ctx)
-	f := &follower{n: len(w.followers) + 1, s: s, who: who, after: after, cancel: cancel, done: make(chan struct{})}
+	f := &follower{n: len(w.followers) + 1, s: s, who: who, after: after, stored: stored, cancel: cancel, done: make(chan struct{})}
 	rt := w.rt
 	go func() {
 		defer close(f.done)
@@ -222,23 +231,38 @@ func (w *world) follow(s *simSession, who coord.Identity, after uint64) {
 		f.err, f.ended = err, true
 		f.mu.Unlock()
 	}()
+	if midSync {
+		w.followers = append(w.followers, f)
+		w.logf("follow f%d %s by %s after %d, during the held sync", f.n, s.id, who.Sender, after)
+		return f
+	}
+	if w.awaitStart(f) {
+		w.followers = append(w.followers, f)
+		w.catchUp(f)
+	}
+	return f
+}
+
+// awaitStart waits until f started or was refused, and checks where it
+// started: at the cursor it asked for, or at the durable end if it asked
+// beyond it ("live from now", no LiveSinceMs).
+func (w *world) awaitStart(f *follower) bool {
 	if !wait(func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.started || f.ended }) {
-		w.fail("follower f%d of %s never started", f.n, s.id)
+		w.fail("follower f%d of %s never started", f.n, f.s.id)
 	}
 	f.mu.Lock()
 	started, eff, err := f.started, f.eff, f.err
 	f.mu.Unlock()
 	if !started {
-		w.logf("follow f%d %s by %s after %d -> %s", f.n, s.id, who.Sender, after, coord.CodeOf(err))
-		return
+		w.logf("follow f%d %s by %s after %d -> %s", f.n, f.s.id, f.who.Sender, f.after, coord.CodeOf(err))
+		f.cancel = nil
+		return false
 	}
-	w.logf("follow f%d %s by %s after %d -> from %d", f.n, s.id, who.Sender, after, eff)
-	if want := min(after, stored); eff != want {
-		// A cursor beyond the end means "live from now" (no LiveSinceMs).
-		w.fail("follower f%d of %s asked for records after %d with %d stored: it starts after %d, want %d", f.n, s.id, after, stored, eff, want)
+	w.logf("follow f%d %s by %s after %d -> from %d", f.n, f.s.id, f.who.Sender, f.after, eff)
+	if want := min(f.after, f.stored); eff != want {
+		w.fail("follower f%d of %s asked for records after %d with %d stored: it starts after %d, want %d", f.n, f.s.id, f.after, f.stored, eff, want)
 	}
-	w.followers = append(w.followers, f)
-	w.catchUp(f)
+	return true
 }
 
 // catchUp waits until f has everything the store holds for its session
