@@ -29,9 +29,9 @@ test: ## Run vet, the format check and all tests (race detector on)
 	set -o pipefail; go test -count=1 -v -run 'Alloc' $$(grep -rl --include='*_test.go' 'if raceEnabled' . | xargs -n1 dirname | sort -u) | grep -E '^(--- |ok|FAIL|PASS)'
 
 .PHONY: sim
-sim: ## Deterministic simulation (internal/sim), no race detector: SEEDS=N seeds from FIRST=1 (default 60), or SEED=N to rerun one with its trace
+sim: ## Deterministic simulation (internal/sim), no race detector: SEEDS=N seeds from FIRST=1 (default 120), or SEED=N to rerun one with its trace
 	@# -v for the summary (seeds, failures, simulated hours); the line per passing seed is left out.
-	set -o pipefail; go test -count=1 -timeout 0 -v ./internal/sim -run 'TestSim$$' $(if $(SEED),-seed $(SEED) -simtrace,-seeds $(or $(SEEDS),60) -first $(or $(FIRST),1)) $(if $(SEED),,| grep -v ': end: ')
+	set -o pipefail; go test -count=1 -timeout 0 -v ./internal/sim -run 'TestSim$$' $(if $(SEED),-seed $(SEED) -simtrace,-seeds $(or $(SEEDS),120) -first $(or $(FIRST),1)) $(if $(SEED),,| grep -v ': end: ')
 
 .PHONY: build
 build: ## Build bin/macpd, bin/macpctl, bin/macpbench and the benchmark ceilings (echo-bench, disksync)

@@ -12,7 +12,7 @@ import (
 
 var (
 	flagSeed   = flag.Uint64("seed", 0, "run only this seed (0: the fixed CI set)")
-	flagSeeds  = flag.Int("seeds", 0, "how many seeds to run, from -first (0: SIM_SEEDS, else 60; 6 with -short or -race)")
+	flagSeeds  = flag.Int("seeds", 0, "how many seeds to run, from -first (0: SIM_SEEDS, else 120; 6 with -short or -race)")
 	flagFirst  = flag.Uint64("first", 1, "first seed of the set")
 	flagSteps  = flag.Int("steps", 300, "steps per seed (100 under -race unless set)")
 	flagTrace  = flag.Bool("simtrace", false, "print every run's trace")
@@ -80,7 +80,7 @@ func seedCount(t *testing.T) int {
 	if testing.Short() || underRace { // make test runs with -race: a few seeds there, the budget in make sim
 		return 6
 	}
-	return 60
+	return 120
 }
 
 func seeds(t *testing.T) []uint64 {
