@@ -58,6 +58,11 @@ test-all: lint ## Everything CI runs (.ci/run): race on every package without -s
 	set -o pipefail; go test -count=1 -v -run 'Alloc' $$(grep -rl --include='*_test.go' 'if raceEnabled' . | xargs -n1 dirname | sort -u) | grep -E '^(--- |ok|FAIL|PASS)'
 	bash scripts/test-extra.sh
 
+.PHONY: sim
+sim: ## Deterministic simulation (internal/sim), no race detector: SEEDS=N seeds from FIRST=1 (default 120), or SEED=N to rerun one with its trace
+	@# -v for the summary (seeds, failures, simulated hours); the line per passing seed is left out.
+	set -o pipefail; go test -count=1 -timeout 0 -v ./internal/sim -run 'TestSim$$' $(if $(SEED),-seed $(SEED) -simtrace,-seeds $(or $(SEEDS),120) -first $(or $(FIRST),1)) $(if $(SEED),,| grep -v ': end: ')
+
 .PHONY: build
 build: ## Build bin/macpd, bin/macpctl, bin/macpbench and the benchmark ceilings (echo-bench, disksync)
 	go build -o bin/ ./cmd/...
