@@ -84,3 +84,9 @@ wait $pid
 # Both profiles in one store replay to the same states offline.
 bin/macpctl verify --data-dir "$data"
 bin/macpctl replay --data-dir "$data" --all
+
+# The deterministic simulation's CI budget: 120 seeds without the race
+# detector (make test-all ran a few under it). A failure prints the seed and
+# the command that reruns it exactly (docs/simulation.md).
+echo "--- deterministic simulation (make sim, 120 seeds)"
+make sim
