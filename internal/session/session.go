@@ -542,17 +542,7 @@ func (s *Session) checkCommitment(env *macpv1.Envelope, replaying bool) (*macpv1
 
 // CancelEnvelope builds the runtime-emitted SessionCancel envelope.
 func (s *Session) CancelEnvelope(messageID, cancelledBy, reason string, nowMs int64) *macpv1.Envelope {
-	payload, _ := proto.MarshalOptions{Deterministic: true}.Marshal(&macpv1.SessionCancelPayload{Reason: reason, CancelledBy: cancelledBy})
-	return &macpv1.Envelope{
-		MacpVersion:     coord.ProtocolVersion,
-		Mode:            s.Binding.Mode,
-		MessageType:     coord.TypeSessionCancel,
-		MessageId:       messageID,
-		SessionId:       s.ID,
-		Sender:          coord.RuntimeSender,
-		TimestampUnixMs: nowMs,
-		Payload:         payload,
-	}
+	return s.ControlEnvelope(coord.TypeSessionCancel, messageID, &macpv1.SessionCancelPayload{Reason: reason, CancelledBy: cancelledBy}, nowMs)
 }
 
 // Cancel ends an OPEN or SUSPENDED session on behalf of caller

@@ -17,7 +17,7 @@ import (
 // expires when its cumulative suspended time exceeds MaxSuspendMs.
 
 // ControlEnvelope builds a runtime-emitted control envelope
-// (SessionSuspend or SessionResume) for this session.
+// (SessionCancel, SessionSuspend or SessionResume) for this session.
 func (s *Session) ControlEnvelope(messageType, messageID string, payload proto.Message, nowMs int64) *macpv1.Envelope {
 	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(payload)
 	return &macpv1.Envelope{
