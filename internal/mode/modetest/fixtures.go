@@ -2,7 +2,6 @@ package modetest
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -12,7 +11,6 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
@@ -220,31 +218,7 @@ func fixtureInput(t *testing.T, opts FixtureOptions, id string, fm fixtureMessag
 // that string's UTF-8 bytes (not base64).
 func encodeFixturePayload(t *testing.T, m proto.Message, payload json.RawMessage) []byte {
 	t.Helper()
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(payload, &obj); err != nil {
-		t.Fatal(err)
-	}
-	fields := m.ProtoReflect().Descriptor().Fields()
-	for k, v := range obj {
-		fd := fields.ByJSONName(k)
-		if fd == nil {
-			fd = fields.ByName(protoreflect.Name(k))
-		}
-		if fd == nil || fd.Kind() != protoreflect.BytesKind {
-			continue
-		}
-		v = bytes.TrimSpace(v)
-		if bytes.HasPrefix(v, []byte("[")) {
-			delete(obj, k)
-			continue
-		}
-		var s string
-		if err := json.Unmarshal(v, &s); err == nil {
-			obj[k], _ = json.Marshal(base64.StdEncoding.EncodeToString([]byte(s)))
-		}
-	}
-	clean, _ := json.Marshal(obj)
-	if err := protojson.Unmarshal(clean, m); err != nil {
+	if err := decodeFixtureJSON(m, payload); err != nil {
 		t.Fatalf("%T payload: %v", m, err)
 	}
 	out, err := proto.Marshal(m)
