@@ -83,25 +83,10 @@ func (a *App) feedIndex(ctx context.Context) {
 	}
 	for ctx.Err() == nil {
 		w := a.rt.Lifecycle.Watch(created)
-		func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-w.Done():
-					return
-				case <-w.Ready():
-					for {
-						ev, ok := w.Next()
-						if !ok {
-							break
-						}
-						md := ev.Session
-						a.snap.svc.NoteStart(snapshot.Start{SessionID: md.GetSessionId(), Initiator: md.GetInitiator(), Participants: md.GetParticipants(), AcceptedAtMs: md.GetStartedAtUnixMs()})
-					}
-				}
-			}
-		}()
+		drainWatcher(ctx, w, func(ev runtime.LifecycleEvent) {
+			md := ev.Session
+			a.snap.svc.NoteStart(snapshot.Start{SessionID: md.GetSessionId(), Initiator: md.GetInitiator(), Participants: md.GetParticipants(), AcceptedAtMs: md.GetStartedAtUnixMs()})
+		})
 		a.rt.Lifecycle.Unwatch(w)
 		if w.Overflowed() {
 			a.snap.svc.InvalidateIndex()
@@ -110,6 +95,12 @@ func (a *App) feedIndex(ctx context.Context) {
 }
 
 func (a *App) feedWriter(ctx context.Context, w *runtime.LifecycleWatcher) {
+	drainWatcher(ctx, w, func(ev runtime.LifecycleEvent) { a.snap.writer.Enqueue(ev.Session.GetSessionId()) })
+}
+
+// drainWatcher hands every event of w to fn until ctx ends or w is ended
+// (by overflow, or the hub closing).
+func drainWatcher(ctx context.Context, w *runtime.LifecycleWatcher, fn func(runtime.LifecycleEvent)) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -122,7 +113,7 @@ func (a *App) feedWriter(ctx context.Context, w *runtime.LifecycleWatcher) {
 				if !ok {
 					break
 				}
-				a.snap.writer.Enqueue(ev.Session.GetSessionId())
+				fn(ev)
 			}
 		}
 	}
