@@ -141,25 +141,34 @@ func (f *rpcFrame) err() error {
 	return fmt.Errorf("macp: JSON-RPC error %d: %s", f.Error.Code, f.Error.Message)
 }
 
-// readRest subscribes c in transport mode (macp/subscribe) after the
-// cursor, for a session that ended: Next then delivers its remaining
-// envelopes and the end.
-func (s *ResumeStream) readRest(c *websocket.Conn) (final error, retry error) {
-	req, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 2, "method": "macp/subscribe",
-		"params": map[string]any{"sessionId": s.sid, "afterSequence": s.last.Load()}})
+// call sends one JSON-RPC request on c and reads its answer. A failed
+// write or read closes c and is retried (retry); an answer that is not the
+// one asked for closes c and is final.
+func (s *ResumeStream) call(c *websocket.Conn, id int, method string, params map[string]any) (f rpcFrame, final error, retry error) {
+	req, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
 	if err := c.Write(s.ctx, websocket.MessageText, req); err != nil {
 		_ = c.CloseNow()
-		return nil, err
+		return f, nil, err
 	}
 	_, b, err := c.Read(s.ctx)
 	if err != nil {
 		_ = c.CloseNow()
-		return nil, err
+		return f, nil, err
 	}
-	var f rpcFrame
-	if err := json.Unmarshal(b, &f); err != nil || string(f.ID) != "2" {
+	if err := json.Unmarshal(b, &f); err != nil || string(f.ID) != strconv.Itoa(id) {
 		_ = c.CloseNow()
-		return fmt.Errorf("macp: unexpected answer to macp/subscribe: %s", b), nil
+		return f, fmt.Errorf("macp: unexpected answer to %s: %s", method, b), nil
+	}
+	return f, nil, nil
+}
+
+// readRest subscribes c in transport mode (macp/subscribe) after the
+// cursor, for a session that ended: Next then delivers its remaining
+// envelopes and the end.
+func (s *ResumeStream) readRest(c *websocket.Conn) (final error, retry error) {
+	f, final, retry := s.call(c, 2, "macp/subscribe", map[string]any{"sessionId": s.sid, "afterSequence": s.last.Load()})
+	if final != nil || retry != nil {
+		return final, retry
 	}
 	if f.Error != nil {
 		_ = c.CloseNow()
@@ -181,21 +190,9 @@ func (s *ResumeStream) connect() (final error, retry error) {
 		return nil, err
 	}
 	c.SetReadLimit(8 << 20)
-	req, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "session/resume",
-		"params": map[string]any{"sessionId": s.sid, "lastSessionEventId": s.last.Load()}})
-	if err := c.Write(s.ctx, websocket.MessageText, req); err != nil {
-		_ = c.CloseNow()
-		return nil, err
-	}
-	_, b, err := c.Read(s.ctx)
-	if err != nil {
-		_ = c.CloseNow()
-		return nil, err
-	}
-	var f rpcFrame
-	if err := json.Unmarshal(b, &f); err != nil || string(f.ID) != "1" {
-		_ = c.CloseNow()
-		return fmt.Errorf("macp: unexpected answer to session/resume: %s", b), nil
+	f, final, retry := s.call(c, 1, "session/resume", map[string]any{"sessionId": s.sid, "lastSessionEventId": s.last.Load()})
+	if final != nil || retry != nil {
+		return final, retry
 	}
 	if f.Error != nil {
 		if err := f.err(); CodeOf(err) == CodeSessionNotOpen {
