@@ -275,7 +275,7 @@ func (a *App) Start(ctx context.Context) error {
 	a.lis = lis
 	// snapshots.go: the MACP_SNAPSHOT_DIR writer.
 	a.startSnapshots()
-	lis = server.LimitListener(a.svc.GuardListener(lis), a.cfg.Limits.MaxConnections) // MACP_MAX_CONNECTIONS(_PER_ADDR), MACP_FIRST_CALL_TIMEOUT_MS
+	lis = a.svc.GuardListener(lis) // MACP_MAX_CONNECTIONS(_PER_ADDR, _PER_PREFIX64), MACP_FIRST_CALL_TIMEOUT_MS
 	go func() { a.served <- a.grpc.Serve(lis) }()
 	a.log.Info("macpd serving", "addr", lis.Addr().String(), "version", Version,
 		"store", storeName(a.cfg),

@@ -24,11 +24,6 @@ type LimitsConfig struct {
 	// Signals and Progress included (MACP_MESSAGE_LIMIT_PER_MINUTE,
 	// --message-limit).
 	MessagesPerMinute int
-	// MaxConnections caps concurrent client connections of each listener
-	// (gRPC, and HTTP when on); the gRPC listener leaves further ones in
-	// the listen backlog until one closes, the HTTP listener closes them
-	// when accepted (MACP_MAX_CONNECTIONS, --max-connections).
-	MaxConnections int
 	// Transport are the limits the gRPC binding enforces, one type with
 	// server.Limits (documented in internal/limits). Their settings:
 	// MaxConcurrentStreams (MACP_MAX_CONCURRENT_STREAMS,
@@ -41,11 +36,12 @@ type LimitsConfig struct {
 	// --max-connection-idle), KeepaliveTime, KeepaliveTimeout and
 	// KeepaliveMinTime (MACP_KEEPALIVE_TIME_MS, MACP_KEEPALIVE_TIMEOUT_MS,
 	// MACP_KEEPALIVE_MIN_TIME_MS; --keepalive-time, --keepalive-timeout,
-	// --keepalive-min-time), MaxConnectionsPerAddr
+	// --keepalive-min-time), MaxConnections (MACP_MAX_CONNECTIONS,
+	// --max-connections), MaxConnectionsPerAddr
 	// (MACP_MAX_CONNECTIONS_PER_ADDR, --max-connections-per-addr),
 	// MaxConnectionsPerPrefix64 (MACP_MAX_CONNECTIONS_PER_PREFIX64,
 	// --max-connections-per-prefix64), FirstCallTimeout
-	// (MACP_FIRST_CALL_TIMEOUT_MS, --first-call-timeout). The last three
+	// (MACP_FIRST_CALL_TIMEOUT_MS, --first-call-timeout). The last four
 	// apply to the HTTP listener too.
 	limits.Transport
 	// StreamBufferBytes bounds what one stream holds for a client that has
@@ -82,8 +78,8 @@ func DefaultLimits() LimitsConfig {
 	return LimitsConfig{
 		SessionStartsPerMinute: 60,
 		MessagesPerMinute:      600,
-		MaxConnections:         4096,
 		Transport: limits.Transport{
+			MaxConnections:        4096,
 			MaxConcurrentStreams:  100,
 			MaxStreamsPerIdentity: 256,
 			MaxStreamsPerSession:  1024,

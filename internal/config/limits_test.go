@@ -14,8 +14,8 @@ import (
 func TestDefaultLimits(t *testing.T) {
 	l := Default().Limits
 	want := LimitsConfig{
-		SessionStartsPerMinute: 60, MessagesPerMinute: 600, MaxConnections: 4096, StreamBufferBytes: 1 << 20, StreamBufferBudgetBytes: 256 << 20, StreamStallTimeout: 30 * time.Second, MaxExtModes: 64, MaxPolicies: 256, MaxDescriptorBytes: 128 << 10,
-		Transport: limits.Transport{MaxConcurrentStreams: 100, MaxStreamsPerIdentity: 256, MaxStreamsPerSession: 1024, UnaryTimeout: 30 * time.Second, HandshakeTimeout: 10 * time.Second, MaxConnectionIdle: 5 * time.Minute, KeepaliveTime: time.Minute, KeepaliveTimeout: 20 * time.Second, KeepaliveMinTime: 10 * time.Second, MaxConnectionsPerAddr: 128, MaxConnectionsPerPrefix64: 256, FirstCallTimeout: 15 * time.Second},
+		SessionStartsPerMinute: 60, MessagesPerMinute: 600, StreamBufferBytes: 1 << 20, StreamBufferBudgetBytes: 256 << 20, StreamStallTimeout: 30 * time.Second, MaxExtModes: 64, MaxPolicies: 256, MaxDescriptorBytes: 128 << 10,
+		Transport: limits.Transport{MaxConnections: 4096, MaxConcurrentStreams: 100, MaxStreamsPerIdentity: 256, MaxStreamsPerSession: 1024, UnaryTimeout: 30 * time.Second, HandshakeTimeout: 10 * time.Second, MaxConnectionIdle: 5 * time.Minute, KeepaliveTime: time.Minute, KeepaliveTimeout: 20 * time.Second, KeepaliveMinTime: 10 * time.Second, MaxConnectionsPerAddr: 128, MaxConnectionsPerPrefix64: 256, FirstCallTimeout: 15 * time.Second},
 	}
 	if l != want {
 		t.Fatalf("defaults\n got %+v\nwant %+v", l, want)
@@ -55,8 +55,8 @@ func TestLimitsEnvAndFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := LimitsConfig{
-		SessionStartsPerMinute: 0, MessagesPerMinute: 7, MaxConnections: 8, StreamBufferBytes: 1000, StreamBufferBudgetBytes: 2000, StreamBufferIdentityBytes: 300, StreamBufferSessionBytes: 600, StreamStallTimeout: 0, MaxExtModes: 3, MaxPolicies: 4, MaxDescriptorBytes: 5,
-		Transport: limits.Transport{MaxConcurrentStreams: 9, MaxStreamsPerIdentity: 10, MaxStreamsPerSession: 11, UnaryTimeout: 1200 * time.Millisecond, HandshakeTimeout: 1300 * time.Millisecond, MaxConnectionIdle: 1400 * time.Millisecond, KeepaliveTime: 1500 * time.Millisecond, KeepaliveTimeout: 1600 * time.Millisecond, KeepaliveMinTime: 0, MaxConnectionsPerAddr: 0, FirstCallTimeout: 0},
+		SessionStartsPerMinute: 0, MessagesPerMinute: 7, StreamBufferBytes: 1000, StreamBufferBudgetBytes: 2000, StreamBufferIdentityBytes: 300, StreamBufferSessionBytes: 600, StreamStallTimeout: 0, MaxExtModes: 3, MaxPolicies: 4, MaxDescriptorBytes: 5,
+		Transport: limits.Transport{MaxConnections: 8, MaxConcurrentStreams: 9, MaxStreamsPerIdentity: 10, MaxStreamsPerSession: 11, UnaryTimeout: 1200 * time.Millisecond, HandshakeTimeout: 1300 * time.Millisecond, MaxConnectionIdle: 1400 * time.Millisecond, KeepaliveTime: 1500 * time.Millisecond, KeepaliveTimeout: 1600 * time.Millisecond, KeepaliveMinTime: 0, MaxConnectionsPerAddr: 0, FirstCallTimeout: 0},
 	}
 	if c.Limits != want {
 		t.Fatalf("FromEnv\n got %+v\nwant %+v", c.Limits, want)
@@ -78,8 +78,8 @@ func TestLimitsEnvAndFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	want = LimitsConfig{
-		SessionStartsPerMinute: 1, MessagesPerMinute: 2, MaxConnections: 3, StreamBufferBytes: 7, StreamBufferBudgetBytes: 8, StreamBufferIdentityBytes: 15, StreamBufferSessionBytes: 16, StreamStallTimeout: 9 * time.Second, MaxExtModes: 12, MaxPolicies: 13, MaxDescriptorBytes: 14,
-		Transport: limits.Transport{MaxConcurrentStreams: 4, MaxStreamsPerIdentity: 5, MaxStreamsPerSession: 6, UnaryTimeout: time.Second, HandshakeTimeout: 2 * time.Second, MaxConnectionIdle: 3 * time.Second, KeepaliveTime: 4 * time.Second, KeepaliveTimeout: 5 * time.Second, KeepaliveMinTime: 6 * time.Second, MaxConnectionsPerAddr: 10, MaxConnectionsPerPrefix64: 17, FirstCallTimeout: 11 * time.Second},
+		SessionStartsPerMinute: 1, MessagesPerMinute: 2, StreamBufferBytes: 7, StreamBufferBudgetBytes: 8, StreamBufferIdentityBytes: 15, StreamBufferSessionBytes: 16, StreamStallTimeout: 9 * time.Second, MaxExtModes: 12, MaxPolicies: 13, MaxDescriptorBytes: 14,
+		Transport: limits.Transport{MaxConnections: 3, MaxConcurrentStreams: 4, MaxStreamsPerIdentity: 5, MaxStreamsPerSession: 6, UnaryTimeout: time.Second, HandshakeTimeout: 2 * time.Second, MaxConnectionIdle: 3 * time.Second, KeepaliveTime: 4 * time.Second, KeepaliveTimeout: 5 * time.Second, KeepaliveMinTime: 6 * time.Second, MaxConnectionsPerAddr: 10, MaxConnectionsPerPrefix64: 17, FirstCallTimeout: 11 * time.Second},
 	}
 	if c.Limits != want {
 		t.Fatalf("flags\n got %+v\nwant %+v", c.Limits, want)

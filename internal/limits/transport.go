@@ -39,6 +39,11 @@ type Transport struct {
 	// (with or without calls in flight); faster pingers are disconnected
 	// (GOAWAY ENHANCE_YOUR_CALM). 0 means gRPC's default, 5 min.
 	KeepaliveMinTime time.Duration
+	// MaxConnections caps the connections of each listener (gRPC, and HTTP
+	// when on) open at once; further ones are closed when accepted, not
+	// left waiting in the listen backlog (MACP_MAX_CONNECTIONS,
+	// --max-connections).
+	MaxConnections int
 	// MaxConnectionsPerAddr caps the connections one client IP address has
 	// open; further ones are closed when accepted.
 	MaxConnectionsPerAddr int

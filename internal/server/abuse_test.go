@@ -19,6 +19,7 @@ import (
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/session"
 	"golang.org/x/net/http2"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/protobuf/proto"
@@ -455,10 +456,14 @@ func TestAbuseSlowLoris(t *testing.T) {
 			defer conn.Close()
 			attackers = append(attackers, conn)
 		}
+		// The attackers fill MACP_MAX_CONNECTIONS, so the client's first
+		// connection is refused at accept; it waits for ready and
+		// reconnects, and is served once the handshake timeout has closed
+		// the attackers.
 		conn := e.dial(t)
 		ctx, cancel := context.WithTimeout(e.as(t, secObserver), 20*handshake)
 		defer cancel()
-		if _, err := macpv1.NewMACPRuntimeServiceClient(conn).ListSessions(ctx, &macpv1.ListSessionsRequest{}); err != nil {
+		if _, err := macpv1.NewMACPRuntimeServiceClient(conn).ListSessions(ctx, &macpv1.ListSessionsRequest{}, grpc.WaitForReady(true)); err != nil {
 			t.Fatalf("legitimate client behind idle attackers: %v", err)
 		}
 		for _, a := range attackers {

@@ -51,7 +51,7 @@ type connGuard struct {
 func newConnGuard(l Limits, log *slog.Logger) *connGuard {
 	return &connGuard{
 		firstCall: l.FirstCallTimeout,
-		count:     limits.NewConnCounter(0, l.MaxConnectionsPerAddr, l.MaxConnectionsPerPrefix64),
+		count:     limits.NewConnCounter(l.MaxConnections, l.MaxConnectionsPerAddr, l.MaxConnectionsPerPrefix64),
 		log:       limits.NewLogEvery(log, 10*time.Second),
 		byAddr:    map[net.Addr]*guardedConn{},
 	}
@@ -141,7 +141,7 @@ func (l *guardListener) Accept() (net.Conn, error) {
 		release, refused := g.count.Acquire(c.RemoteAddr().String())
 		if refused != limits.RefusedNone {
 			g.refused.Add(1)
-			g.log.Warn("grpc-refused-"+refused, "gRPC listener: connection refused at accept, a limit is reached (MACP_MAX_CONNECTIONS_PER_ADDR, MACP_MAX_CONNECTIONS_PER_PREFIX64)",
+			g.log.Warn("grpc-refused-"+refused, "gRPC listener: connection refused at accept, a limit is reached (MACP_MAX_CONNECTIONS, MACP_MAX_CONNECTIONS_PER_ADDR, MACP_MAX_CONNECTIONS_PER_PREFIX64)",
 				"limit", refused, "remote", c.RemoteAddr().String())
 			_ = c.Close()
 			continue

@@ -9,7 +9,6 @@ import (
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/limits"
 	"github.com/macpd/macpd/internal/runtime"
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
@@ -33,18 +32,6 @@ type streamLimits struct {
 
 func newStreamLimits(l Limits) *streamLimits {
 	return &streamLimits{perIdentity: limits.NewCounter(l.MaxStreamsPerIdentity), perSession: limits.NewCounter(l.MaxStreamsPerSession)}
-}
-
-// LimitListener caps the connections l has open at once (0 = no cap):
-// beyond it, Accept waits for one to close and new clients wait in the
-// listen backlog. Idle connections are closed after
-// Limits.MaxConnectionIdle and stalled handshakes after
-// Limits.HandshakeTimeout, so waiting clients get their turn.
-func LimitListener(l net.Listener, maxConns int) net.Listener {
-	if maxConns <= 0 {
-		return l
-	}
-	return netutil.LimitListener(l, maxConns)
 }
 
 // limitOptions are the grpc.Server options for s.opts.Limits.
