@@ -17,9 +17,11 @@ cd "$(dirname "$0")/.."
 # packages under -race, where these tests skip saying so).
 echo "--- fuzz FuzzRequestDecoding (${FUZZTIME:-60s})"
 go test -count=1 -run '^$' -fuzz '^FuzzRequestDecoding$' -fuzztime="${FUZZTIME:-60s}" ./internal/server
+echo "--- fuzz FuzzRepairDamagedWAL (${FUZZTIME_REPAIR:-30s})"
+go test -count=1 -run '^$' -fuzz '^FuzzRepairDamagedWAL$' -fuzztime="${FUZZTIME_REPAIR:-30s}" ./internal/store/pebblestore
 echo "--- stream-memory heap bounds"
 set -o pipefail
-go test -count=1 -run '^TestNeverReading' -v ./internal/server ./internal/httpapi | grep -E '^(---|ok|FAIL|PASS)|streammem'
+go test -count=1 -run '^TestNeverReading|^TestStalledSSE' -v ./internal/server ./internal/httpapi | grep -E '^(---|ok|FAIL|PASS)|streammem|streamsharemem'
 
 # qemu-user runs the snapshot package's golden-id tests as a GOARCH=386
 # binary (the kernel may lack 32-bit support). Go's asynchronous preemption
