@@ -179,12 +179,22 @@ func TestNeverReadingSubscribersStayWithinTheStreamBudget(t *testing.T) {
 	// long to look). Streams ended while gRPC still holds what they sent
 	// keep it charged, so the streams still waiting may wait for good:
 	// the budget is what bounds them.
-	var worst int64
+	var worst, worstHeld int64
+	share := rt.StreamBudget().Options().PerIdentity
+	oneRecord := int64(2*(size+1024) + 512) // a record's charge (docs/security.md), with room for its envelope fields
 	sample := func(when string, bound int64) {
 		grown := int64(liveHeap()) - int64(base)
 		st := rt.StreamBudget().Stats()
 		if grown > worst {
 			worst = grown
+		}
+		// All streams are bob's: what he holds stays within his share
+		// (MACP_STREAM_BUFFER_IDENTITY_BYTES) plus the one record an
+		// identity may always take.
+		held, _ := rt.StreamBudget().Held("bob", sid)
+		worstHeld = max(worstHeld, held)
+		if held > share+oneRecord {
+			t.Fatalf("%s: bob's streams hold %d MiB, over his %d MiB share and one record", when, held>>20, share>>20)
 		}
 		if grown > bound {
 			t.Fatalf("%s: live heap grew by %d MiB, over %d MiB (budget %d MiB); stream buffers %+v",
@@ -210,8 +220,8 @@ func TestNeverReadingSubscribersStayWithinTheStreamBudget(t *testing.T) {
 	// progress): within the budget itself.
 	sample("settled", budget)
 	st := rt.StreamBudget().Stats()
-	t.Logf("%d never-reading streams on %d MiB of history: live heap at most %+d MiB (budget %d MiB); %d deliveries waited, %d streams ended as stalled, buffers hold %d MiB",
-		streams, records*size>>20, worst>>20, budget>>20, st.Waits, st.Stalled, st.Used>>20)
+	t.Logf("%d never-reading streams on %d MiB of history: live heap at most %+d MiB (budget %d MiB), bob held at most %d MiB (share %d MiB); %d deliveries waited, %d streams ended as stalled, buffers hold %d MiB",
+		streams, records*size>>20, worst>>20, budget>>20, worstHeld>>20, share>>20, st.Waits, st.Stalled, st.Used>>20)
 	if st.Waits < streams/2 {
 		t.Errorf("only %d deliveries waited: the bound was never reached (history not replayed?)", st.Waits)
 	}
