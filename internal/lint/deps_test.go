@@ -123,3 +123,49 @@ func TestMacpctlDeps(t *testing.T) {
 		}
 	}
 }
+
+// internalDeps returns the packages of graph (package -> its imports)
+// that are this module's internal/ packages or import one, each with what
+// it imports: the SDK is built by users outside this module, where Go
+// refuses internal/ imports, so it may depend on none.
+func internalDeps(graph map[string][]string) []string {
+	isInternal := func(p string) bool {
+		return p == module+"/internal" || strings.HasPrefix(p, module+"/internal/")
+	}
+	var bad []string
+	for pkg, imps := range graph {
+		if isInternal(pkg) {
+			bad = append(bad, pkg+" is in the SDK's dependencies")
+			continue
+		}
+		for _, imp := range imps {
+			if isInternal(imp) {
+				bad = append(bad, pkg+" imports "+imp)
+			}
+		}
+	}
+	slices.Sort(bad)
+	return bad
+}
+
+// sdk/doc.go: the Go SDK imports no internal/ package, directly or
+// through another (its tests may: they start a runtime in process).
+func TestSDKImportsNoInternal(t *testing.T) {
+	deps := imports(t, "-deps", "./sdk/...")
+	if _, ok := deps[module+"/sdk"]; !ok {
+		t.Fatalf("the SDK is not in its own dependency graph: the rule checked the wrong graph (%d packages)", len(deps))
+	}
+	if _, ok := deps[module+"/gen/macp/v1"]; !ok {
+		t.Fatalf("the SDK's graph lacks the generated protocol package: wrong graph")
+	}
+	for _, b := range internalDeps(deps) {
+		t.Error(b)
+	}
+	// The rule finds what it looks for.
+	if got := internalDeps(map[string][]string{
+		module + "/sdk":       {module + "/gen/macp/v1", module + "/internal/coord"},
+		module + "/sdk/extra": {"fmt"},
+	}); len(got) != 1 || !strings.Contains(got[0], "/internal/coord") {
+		t.Fatalf("the rule missed an internal import: %v", got)
+	}
+}
