@@ -68,7 +68,7 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) {
 
 	// synced: sessions the sync reported whose first live event has not
 	// been seen; a CREATED for one of them is the same session again.
-	now := s.opts.Now().UnixMilli()
+	now := s.nowMs()
 	synced := make(map[string]bool)
 	for _, md := range s.rt.ListSessions(ctx, id) {
 		if md.GetState() != macpv1.SessionState_SESSION_STATE_OPEN {

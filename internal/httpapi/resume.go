@@ -135,7 +135,7 @@ func (s *Server) attach(sink rpcSink, sid string, after uint64, stateSeen bool, 
 	id := sink.identity()
 	ctx, cancel := context.WithCancel(sink.connCtx())
 	a := &attachment{key: attachKey{id.Sender, sid}, sink: sink, cancel: cancel, done: make(chan struct{}), last: after}
-	openedMs := s.opts.Now().UnixMilli()
+	openedMs := s.nowMs()
 	go func() {
 		defer close(a.done)
 		defer cancel()

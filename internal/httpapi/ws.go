@@ -247,7 +247,7 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 	default:
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: `payload: use "base64" (default) or "json"`}
 	}
-	openedMs := wc.s.opts.Now().UnixMilli()
+	openedMs := wc.s.nowMs()
 	wc.mu.Lock()
 	if wc.pc.attachedTo(p.SessionID) {
 		wc.mu.Unlock()

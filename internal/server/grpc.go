@@ -161,6 +161,10 @@ func authenticateIncoming(ctx context.Context, a auth.Authenticator) (coord.Iden
 	return id, err
 }
 
+// nowMs is the runtime's clock (Runtime.Clock) in Unix milliseconds: the
+// one time every binding stamps and compares with.
+func (s *Service) nowMs() int64 { return s.rt.Clock().Now().UnixMilli() }
+
 func isMACPMethod(m string) bool {
 	return strings.HasPrefix(m, "/macp.v1.MACPRuntimeService/")
 }
@@ -437,7 +441,7 @@ func (s *Service) ListSessions(ctx context.Context, req *macpv1.ListSessionsRequ
 // WatchRoots sends one change hint, then one per change (roots are static
 // in this build, so the stream idles until the client leaves).
 func (s *Service) WatchRoots(_ *macpv1.WatchRootsRequest, stream grpc.ServerStreamingServer[macpv1.WatchRootsResponse]) error {
-	if err := stream.Send(&macpv1.WatchRootsResponse{Change: &macpv1.RootsChanged{ObservedAtUnixMs: time.Now().UnixMilli()}}); err != nil {
+	if err := stream.Send(&macpv1.WatchRootsResponse{Change: &macpv1.RootsChanged{ObservedAtUnixMs: s.nowMs()}}); err != nil {
 		return err
 	}
 	<-stream.Context().Done()
@@ -449,7 +453,7 @@ func (s *Service) WatchRoots(_ *macpv1.WatchRootsRequest, stream grpc.ServerStre
 // that queued up while the client was slow become one, and a watcher that
 // the hub dropped for lagging just gets a fresh hint.
 func (s *Service) WatchModeRegistry(_ *macpv1.WatchModeRegistryRequest, stream grpc.ServerStreamingServer[macpv1.WatchModeRegistryResponse]) error {
-	return watchHints(stream.Context(), s.rt.Registry, func(at int64) error {
+	return s.watchHints(stream.Context(), s.rt.Registry, func(at int64) error {
 		return stream.Send(&macpv1.WatchModeRegistryResponse{Change: &macpv1.RegistryChanged{Registry: "modes", ObservedAtUnixMs: at}})
 	})
 }
@@ -458,10 +462,10 @@ func (s *Service) WatchModeRegistry(_ *macpv1.WatchModeRegistryRequest, stream g
 // hub, until ctx ends or send fails. Changes are idempotent hints, so
 // those that queued up while the client was slow become one, and a
 // watcher the hub dropped for lagging is subscribed again and sent one.
-func watchHints(ctx context.Context, hub *runtime.Hub[int64], send func(at int64) error) error {
+func (s *Service) watchHints(ctx context.Context, hub *runtime.Hub[int64], send func(at int64) error) error {
 	sub := hub.Subscribe()
 	defer func() { hub.Unsubscribe(sub) }() // the current sub
-	if err := send(time.Now().UnixMilli()); err != nil {
+	if err := send(s.nowMs()); err != nil {
 		return err
 	}
 	for {
@@ -475,7 +479,7 @@ func watchHints(ctx context.Context, hub *runtime.Hub[int64], send func(at int64
 			}
 		case <-sub.Done():
 			sub = hub.Subscribe()
-			if err := send(time.Now().UnixMilli()); err != nil {
+			if err := send(s.nowMs()); err != nil {
 				return err
 			}
 		case <-ctx.Done():
