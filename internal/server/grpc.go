@@ -538,8 +538,9 @@ func (s *Service) WatchSignals(_ *macpv1.WatchSignalsRequest, stream grpc.Server
 // state, with nothing missed.
 const HeaderWatchSubscribed = "macp-watch-subscribed"
 
-// WatchSessions sends a CREATED event for every OPEN session the caller may
-// see (initial sync), then lifecycle events as they become durable.
+// WatchSessions sends a CREATED event for every live session the caller
+// may see (initial sync), then lifecycle events as they become durable
+// (runtime.SessionWatch, shared with GET /macp/sessions/events).
 //
 // A slow watcher is not dropped: its missed events are coalesced to the
 // latest state of each session, delivered in the order the sessions first
@@ -550,42 +551,19 @@ const HeaderWatchSubscribed = "macp-watch-subscribed"
 func (s *Service) WatchSessions(_ *macpv1.WatchSessionsRequest, stream grpc.ServerStreamingServer[macpv1.WatchSessionsResponse]) error {
 	ctx := stream.Context()
 	id, _ := identityFrom(ctx)
-	w := s.rt.Lifecycle.Watch(func(ev runtime.LifecycleEvent) bool { return runtime.MayObserveMetadata(id, ev.Session) })
-	defer s.rt.Lifecycle.Unwatch(w)
-	now := s.rt.Clock().Now().UnixMilli()
-	if err := stream.SendHeader(metadata.Pairs(HeaderWatchSubscribed, strconv.FormatInt(now, 10))); err != nil {
+	w := s.rt.WatchSessions(id)
+	defer w.Close()
+	if err := stream.SendHeader(metadata.Pairs(HeaderWatchSubscribed, strconv.FormatInt(w.SubscribedMs, 10))); err != nil {
 		return err
 	}
-	// synced holds the sessions reported OPEN by the initial sync whose
-	// first live event has not been seen yet: a CREATED for them is a
-	// duplicate (created between subscribing and the sync). Any event
-	// removes the entry, so it only shrinks.
-	synced := make(map[string]bool)
-	for _, md := range s.rt.ListSessions(ctx, id) {
-		if st := md.State; st != macpv1.SessionState_SESSION_STATE_OPEN && st != macpv1.SessionState_SESSION_STATE_SUSPENDED {
-			continue // the initial sync lists the live (non-terminal) sessions
-		}
-		synced[md.SessionId] = true
-		ev := &macpv1.SessionLifecycleEvent{EventType: macpv1.SessionLifecycleEvent_EVENT_TYPE_CREATED, Session: md, ObservedAtUnixMs: now}
+	for _, ev := range w.Sync(ctx) {
 		if err := stream.Send(&macpv1.WatchSessionsResponse{Event: ev}); err != nil {
 			return err
 		}
 	}
 	for {
-		for {
-			ev, ok := w.Next()
-			if !ok {
-				break
-			}
-			sid := ev.Session.GetSessionId()
-			if synced[sid] {
-				delete(synced, sid)
-				if ev.Type == macpv1.SessionLifecycleEvent_EVENT_TYPE_CREATED {
-					continue
-				}
-			}
-			out := &macpv1.SessionLifecycleEvent{EventType: ev.Type, Session: ev.Session, ObservedAtUnixMs: ev.ObservedMs}
-			if err := stream.Send(&macpv1.WatchSessionsResponse{Event: out}); err != nil {
+		for ev, ok := w.Next(); ok; ev, ok = w.Next() {
+			if err := stream.Send(&macpv1.WatchSessionsResponse{Event: ev}); err != nil {
 				return err
 			}
 		}
@@ -593,7 +571,7 @@ func (s *Service) WatchSessions(_ *macpv1.WatchSessionsRequest, stream grpc.Serv
 		case <-w.Ready():
 		case <-w.Done():
 			if w.Overflowed() {
-				return statusErr(coord.Errorf(coord.CodeRateLimited, "lifecycle watcher fell more than %d sessions behind; re-sync with ListSessions and watch again", s.rt.Lifecycle.MaxPending()))
+				return statusErr(coord.Errorf(coord.CodeRateLimited, "lifecycle watcher fell more than %d sessions behind; re-sync with ListSessions and watch again", w.MaxPending()))
 			}
 			return nil
 		case <-ctx.Done():
