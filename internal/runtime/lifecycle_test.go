@@ -6,6 +6,7 @@ import (
 	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store/memstore"
 )
 
@@ -74,5 +75,33 @@ func TestSessionWatchSyncThenLive(t *testing.T) {
 	}
 	if sw.Overflowed() {
 		t.Fatal("Overflowed after Close")
+	}
+}
+
+// The sync lists the live sessions: SUSPENDED ones too, terminal ones
+// not (on every transport; GET /macp/sessions/events used to list OPEN
+// ones only).
+func TestSessionWatchSyncsLiveSessions(t *testing.T) {
+	r := newRT(t, memstore.New(), Options{Limits: session.Limits{MaxTTLMs: 3_600_000, MaxParticipants: 10, MaxPayloadBytes: 1 << 20, MaxSuspendMs: 60_000}})
+	ctx := context.Background()
+	open, suspended, cancelled := openSession(t, r, 0), openSession(t, r, 0), openSession(t, r, 0)
+	if ack, err := r.Suspend(ctx, initID, suspended, "review"); err != nil || !ack.GetOk() {
+		t.Fatalf("suspend: %v %v", ack, err)
+	}
+	if _, err := r.Cancel(ctx, initID, cancelled, "done"); err != nil {
+		t.Fatal(err)
+	}
+	sw := r.WatchSessions(observerID)
+	defer sw.Close()
+	got := map[string]macpv1.SessionState{}
+	for _, ev := range sw.Sync(ctx) {
+		if ev.GetEventType() != evCreated {
+			t.Fatalf("sync event %v", ev)
+		}
+		got[ev.GetSession().GetSessionId()] = ev.GetSession().GetState()
+	}
+	want := map[string]macpv1.SessionState{open: macpv1.SessionState_SESSION_STATE_OPEN, suspended: macpv1.SessionState_SESSION_STATE_SUSPENDED}
+	if len(got) != len(want) || got[open] != want[open] || got[suspended] != want[suspended] {
+		t.Fatalf("sync = %v, want %v", got, want)
 	}
 }
