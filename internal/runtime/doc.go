@@ -31,9 +31,7 @@
 // commit); commit.go the group committer; owner.go the per-session owner
 // and its rebuild; read.go the read path; timers.go the deadline heap and
 // TTL expiry; load.go loading, recovery and housekeeping; follow.go
-// followers; watch.go the coalescing lifecycle watchers and lifecycle.go
-// the per-caller session watch (initial sync, then live events, without
-// duplicates) that every transport's lifecycle feed serves. Every "now" and every timer a rule depends on (TTL expiry,
+// followers. Every "now" and every timer a rule depends on (TTL expiry,
 // overdue sessions at recovery, retention and eviction, the commit-wait
 // bound, the stream stall limit, the instant a stream opened) comes from
 // Options.Clock (package clock; the wall clock unless a test injects
