@@ -125,9 +125,9 @@ func (s *Service) StreamSession(stream grpc.BidiStreamingServer[macpv1.StreamSes
 
 	var hb <-chan time.Time
 	if d := s.opts.StreamHeartbeat; d > 0 {
-		t := time.NewTicker(d)
+		t := s.rt.Clock().NewTicker(d) // the runtime's clock, as every stream time
 		defer t.Stop()
-		hb = t.C
+		hb = t.C()
 	}
 	var drained <-chan struct{}
 	for {
@@ -231,8 +231,9 @@ func (st *streamState) finish(err error) error {
 // trailer names it. One still waiting after that waits for the client's
 // flow-control window, so its message was not queued. The wait ends when
 // the sender signals that its Send returned (sent), not by polling; its
-// bound is wall time (like the heartbeat ticker): it gives another
-// goroutine time to run, which a test's fake clock does not measure.
+// bound is wall time, not the runtime's clock: it gives another goroutine
+// time to run, which a test's fake clock would never let pass while the
+// stalled stream it ends waits for it.
 func (st *streamState) abandon(err error) error {
 	close(st.stopSend)
 	settle := time.NewTimer(sendSettle)
