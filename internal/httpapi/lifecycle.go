@@ -71,7 +71,7 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) {
 	if flush() != nil {
 		return
 	}
-	ka := time.NewTicker(s.opts.KeepAlive)
+	ka := s.rt.Clock().NewTicker(s.opts.KeepAlive)
 	defer ka.Stop()
 	for {
 		for ev, ok := wt.Next(); ok; ev, ok = wt.Next() {
@@ -82,7 +82,7 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		select {
 		case <-wt.Ready():
-		case <-ka.C:
+		case <-ka.C():
 			buf.WriteString(": keep-alive\n\n")
 			if flush() != nil {
 				return

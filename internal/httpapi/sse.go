@@ -186,11 +186,11 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request) {
 	kaDone := make(chan struct{})
 	go func() {
 		defer close(kaDone)
-		t := time.NewTicker(s.opts.KeepAlive)
+		t := s.rt.Clock().NewTicker(s.opts.KeepAlive)
 		defer t.Stop()
 		for {
 			select {
-			case <-t.C:
+			case <-t.C():
 				mu.Lock()
 				if started {
 					buf.WriteString(": keep-alive\n\n")
