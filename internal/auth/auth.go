@@ -2,67 +2,72 @@ package auth
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"strings"
-	"sync"
 
 	"github.com/macpd/macpd/internal/coord"
-	"google.golang.org/grpc/metadata"
 )
 
 // ErrNoCredentials means the request carries no credentials the
 // authenticator understands.
 var ErrNoCredentials = errors.New("auth: no credentials")
 
-// Authenticator resolves request metadata to an identity. It must not keep
-// md after Authenticate returns (AuthenticateIncoming reuses it).
-type Authenticator interface {
-	Authenticate(ctx context.Context, md metadata.MD) (coord.Identity, error)
+// Credentials are what a request presents, whatever its transport: the
+// values of the headers the authenticators read (Headers) and the client
+// certificate chains the TLS handshake verified. Each binding builds them
+// from its own request (Collect for the headers); the authenticators see
+// nothing else.
+type Credentials struct {
+	// Authorization holds the values of the authorization header.
+	Authorization []string
+	// AgentID holds the values of the x-macp-agent-id header.
+	AgentID []string
+	// Token holds the values of the x-macp-token header.
+	Token []string
+	// VerifiedChains are the client certificate chains the TLS handshake
+	// verified (tls.ConnectionState.VerifiedChains); nil without TLS or
+	// without a verified client certificate.
+	VerifiedChains [][]*x509.Certificate
 }
 
-// Headers are the metadata keys the authenticators of this package read.
-// Every one of them takes a bearer token ("authorization") first and
-// reads the other headers only when there is none (BearerToken), so
-// AuthenticateIncoming looks the others up only then.
+// Authenticator resolves a request's credentials to an identity. It must
+// not keep c after Authenticate returns (bindings may reuse it); the
+// strings in it it may keep. c may be nil: no credentials.
+type Authenticator interface {
+	Authenticate(ctx context.Context, c *Credentials) (coord.Identity, error)
+}
+
+// Headers are the header (metadata) keys the authenticators of this
+// package read, in the order Collect looks them up. Every one of them
+// takes a bearer token ("authorization") first and reads the other
+// headers only when there is none (BearerToken), so Collect looks the
+// others up only then.
 var Headers = []string{"authorization", "x-macp-agent-id", "x-macp-token"}
 
-// mdPool recycles the small metadata maps AuthenticateIncoming builds.
-var mdPool = sync.Pool{New: func() any { return make(metadata.MD, len(Headers)) }}
-
-// AuthenticateIncoming runs a on the incoming request metadata under
-// Headers, and nothing else: metadata.FromIncomingContext copies every
-// header of every call (about 2% of the server's CPU at 64 concurrent
-// sessions), and a map per call is most of what is left, so the map is
-// recycled: authenticators must not keep md (the strings in it they may).
-// When the call carries a bearer token the other headers are left out
-// (each lookup walks the call's context chain), as no authenticator reads
-// them then. A new authenticator that reads another header, or reads one
-// despite a bearer token, must change Headers and this.
-func AuthenticateIncoming(ctx context.Context, a Authenticator) (coord.Identity, error) {
-	md := mdPool.Get().(metadata.MD)
-	if v := metadata.ValueFromIncomingContext(ctx, Headers[0]); len(v) > 0 {
-		md[Headers[0]] = v
+// Collect fills c's header fields from values, which returns the values
+// of a request header by its lower-case name (gRPC metadata, or an HTTP
+// header, which is case-insensitive). When the request carries a bearer
+// token the other headers are left out (a lookup may cost: gRPC walks the
+// call's context chain for each), as no authenticator reads them then. A
+// new authenticator that reads another header, or reads one despite a
+// bearer token, must change Credentials, Headers and this.
+func Collect(c *Credentials, values func(key string) []string) {
+	c.Authorization = values(Headers[0])
+	if c.BearerToken() != "" {
+		return
 	}
-	if BearerToken(md) == "" {
-		for _, k := range Headers[1:] {
-			if v := metadata.ValueFromIncomingContext(ctx, k); len(v) > 0 {
-				md[k] = v
-			}
-		}
-	}
-	id, err := a.Authenticate(ctx, md)
-	clear(md)
-	mdPool.Put(md)
-	return id, err
+	c.AgentID = values(Headers[1])
+	c.Token = values(Headers[2])
 }
 
 // Chain tries authenticators in order.
 type Chain []Authenticator
 
 // Authenticate implements Authenticator.
-func (c Chain) Authenticate(ctx context.Context, md metadata.MD) (coord.Identity, error) {
+func (c Chain) Authenticate(ctx context.Context, cr *Credentials) (coord.Identity, error) {
 	for _, a := range c {
-		id, err := a.Authenticate(ctx, md)
+		id, err := a.Authenticate(ctx, cr)
 		if errors.Is(err, ErrNoCredentials) {
 			continue
 		}
@@ -72,14 +77,31 @@ func (c Chain) Authenticate(ctx context.Context, md metadata.MD) (coord.Identity
 }
 
 // BearerToken returns the token of an "authorization: Bearer <token>"
-// header, or "" if there is none.
-func BearerToken(md metadata.MD) string {
-	for _, v := range md.Get("authorization") {
+// header, or "" if there is none (or c is nil).
+func (c *Credentials) BearerToken() string {
+	if c == nil {
+		return ""
+	}
+	return BearerToken(c.Authorization)
+}
+
+// BearerToken returns the token of the first "Bearer <token>" among the
+// values of an authorization header, or "" if there is none.
+func BearerToken(authorization []string) string {
+	for _, v := range authorization {
 		if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
 			return strings.TrimSpace(v[7:])
 		}
 	}
 	return ""
+}
+
+// first returns the first of vals, trimmed, or "".
+func first(vals []string) string {
+	if len(vals) == 0 {
+		return ""
+	}
+	return strings.TrimSpace(vals[0])
 }
 
 // ValidSender reports whether s can be an authenticated sender id: non-empty,
@@ -97,12 +119,10 @@ type Dev struct {
 }
 
 // Authenticate implements Authenticator.
-func (d Dev) Authenticate(_ context.Context, md metadata.MD) (coord.Identity, error) {
-	id := BearerToken(md)
-	if id == "" {
-		if v := md.Get("x-macp-agent-id"); len(v) > 0 {
-			id = strings.TrimSpace(v[0])
-		}
+func (d Dev) Authenticate(_ context.Context, c *Credentials) (coord.Identity, error) {
+	id := c.BearerToken()
+	if id == "" && c != nil {
+		id = first(c.AgentID)
 	}
 	if id == "" {
 		return coord.Identity{}, ErrNoCredentials

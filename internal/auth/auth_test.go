@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/macpd/macpd/internal/coord"
-	"google.golang.org/grpc/metadata"
 )
 
 // checklist SEC-2: the de-facto credential is "authorization: Bearer
@@ -31,11 +30,8 @@ func TestBearerToken(t *testing.T) {
 		{[]string{"Basic x", "Bearer bob"}, "bob"},
 		{nil, ""},
 	} {
-		md := metadata.MD{}
-		for _, v := range tc.vals {
-			md.Append("authorization", v)
-		}
-		if got := BearerToken(md); got != tc.want {
+		c := &Credentials{Authorization: tc.vals}
+		if got := c.BearerToken(); got != tc.want {
 			t.Errorf("BearerToken(%q) = %q, want %q", tc.vals, got, tc.want)
 		}
 	}
@@ -62,7 +58,23 @@ func TestValidSender(t *testing.T) {
 	}
 }
 
-func md(kv ...string) metadata.MD { return metadata.Pairs(kv...) }
+// creds builds the Credentials of header key/value pairs.
+func creds(kv ...string) *Credentials {
+	c := &Credentials{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		switch kv[i] {
+		case "authorization":
+			c.Authorization = append(c.Authorization, kv[i+1])
+		case "x-macp-agent-id":
+			c.AgentID = append(c.AgentID, kv[i+1])
+		case "x-macp-token":
+			c.Token = append(c.Token, kv[i+1])
+		default:
+			panic("creds: unknown header " + kv[i])
+		}
+	}
+	return c
+}
 
 // checklist SEC-2 ([RT] dev identities): the bearer token or, without one,
 // the x-macp-agent-id header is the agent id; Caps are granted as
@@ -73,26 +85,26 @@ func TestDev(t *testing.T) {
 	d := Dev{Caps: caps}
 	ctx := context.Background()
 	for _, tc := range []struct {
-		md   metadata.MD
+		c    *Credentials
 		want string
 	}{
-		{md("authorization", "Bearer alice"), "alice"},
-		{md("x-macp-agent-id", "bob"), "bob"},
-		{md("x-macp-agent-id", "  bob  "), "bob"},
-		{md("authorization", "Bearer alice", "x-macp-agent-id", "bob"), "alice"},
-		{md("authorization", "Basic xyz", "x-macp-agent-id", "bob"), "bob"},
+		{creds("authorization", "Bearer alice"), "alice"},
+		{creds("x-macp-agent-id", "bob"), "bob"},
+		{creds("x-macp-agent-id", "  bob  "), "bob"},
+		{creds("authorization", "Bearer alice", "x-macp-agent-id", "bob"), "alice"},
+		{creds("authorization", "Basic xyz", "x-macp-agent-id", "bob"), "bob"},
 	} {
-		id, err := d.Authenticate(ctx, tc.md)
+		id, err := d.Authenticate(ctx, tc.c)
 		if err != nil || id.Sender != tc.want || !id.Caps.CanManageModeRegistry {
-			t.Errorf("Authenticate(%v) = %+v, %v; want %s", tc.md, id, err, tc.want)
+			t.Errorf("Authenticate(%+v) = %+v, %v; want %s", tc.c, id, err, tc.want)
 		}
 	}
-	for _, m := range []metadata.MD{nil, md(), md("authorization", "Bearer "), md("x-macp-agent-id", ""), md("x-macp-agent-id", "   "), md("x-macp-token", "alice")} {
+	for _, m := range []*Credentials{nil, creds(), creds("authorization", "Bearer "), creds("x-macp-agent-id", ""), creds("x-macp-agent-id", "   "), creds("x-macp-token", "alice")} {
 		if _, err := d.Authenticate(ctx, m); !errors.Is(err, ErrNoCredentials) {
 			t.Errorf("Authenticate(%v) err %v, want ErrNoCredentials", m, err)
 		}
 	}
-	for _, m := range []metadata.MD{md("authorization", "Bearer _runtime"), md("x-macp-agent-id", "_runtime"), md("authorization", "Bearer "+strings.Repeat("x", 300))} {
+	for _, m := range []*Credentials{creds("authorization", "Bearer _runtime"), creds("x-macp-agent-id", "_runtime"), creds("authorization", "Bearer "+strings.Repeat("x", 300))} {
 		_, err := d.Authenticate(ctx, m)
 		if coord.CodeOf(err) != coord.CodeUnauthenticated || errors.Is(err, ErrNoCredentials) {
 			t.Errorf("Authenticate(%v) err %v, want UNAUTHENTICATED", m, err)
@@ -106,7 +118,7 @@ type fixed struct {
 	n   *int
 }
 
-func (f fixed) Authenticate(context.Context, metadata.MD) (coord.Identity, error) {
+func (f fixed) Authenticate(context.Context, *Credentials) (coord.Identity, error) {
 	if f.n != nil {
 		*f.n++
 	}
@@ -144,41 +156,43 @@ func TestChain(t *testing.T) {
 	}
 }
 
-// TestAuthenticateIncoming: the authenticators see the headers they read
-// (Headers), whatever their case on the wire, and nothing else; with a
-// bearer token only it (every authenticator prefers it); the recycled map
-// carries nothing from one call to the next.
-func TestAuthenticateIncoming(t *testing.T) {
-	ctx := metadata.NewIncomingContext(context.Background(), metadata.MD{
+// TestCollect: the authenticators see the headers they read (Headers)
+// and nothing else; with a bearer token only it (every authenticator
+// prefers it), and the other headers are not even looked up.
+func TestCollect(t *testing.T) {
+	headers := func(h map[string][]string, asked *[]string) func(string) []string {
+		return func(k string) []string {
+			*asked = append(*asked, k)
+			return h[k]
+		}
+	}
+	var asked []string
+	var c Credentials
+	Collect(&c, headers(map[string][]string{
 		"authorization":   {"Bearer alice"},
-		"X-Macp-Agent-Id": {"bob"},
+		"x-macp-agent-id": {"bob"},
 		"x-macp-token":    {"tok"},
 		"user-agent":      {"grpc-go"},
-		"x-other":         {"v"},
-	})
-	var seen metadata.MD
-	spy := authFunc(func(md metadata.MD) (coord.Identity, error) {
-		seen = md.Copy()
-		return Dev{}.Authenticate(context.Background(), md)
-	})
-	if id, err := AuthenticateIncoming(ctx, spy); err != nil || id.Sender != "alice" {
-		t.Fatalf("AuthenticateIncoming = %+v, %v", id, err)
+	}, &asked))
+	if len(asked) != 1 || len(c.Authorization) != 1 || c.AgentID != nil || c.Token != nil {
+		t.Fatalf("with a bearer token: asked %v, got %+v", asked, c)
 	}
-	if len(seen) != 1 || seen.Get("authorization")[0] != "Bearer alice" {
-		t.Fatalf("with a bearer token the authenticator saw %v", seen)
+	if id, err := (Dev{}).Authenticate(context.Background(), &c); err != nil || id.Sender != "alice" {
+		t.Fatalf("Authenticate = %+v, %v", id, err)
 	}
-	// Without one (another scheme) it sees the other headers too.
-	ctx = metadata.NewIncomingContext(context.Background(), metadata.MD{
+	// Without one (another scheme) it reads the other headers too.
+	asked, c = nil, Credentials{}
+	Collect(&c, headers(map[string][]string{
 		"authorization":   {"Basic abc"},
-		"X-Macp-Agent-Id": {"bob"},
+		"x-macp-agent-id": {"bob"},
 		"x-macp-token":    {"tok"},
 		"x-other":         {"v"},
-	})
-	if id, err := AuthenticateIncoming(ctx, spy); err != nil || id.Sender != "bob" {
-		t.Fatalf("AuthenticateIncoming = %+v, %v", id, err)
+	}, &asked))
+	if len(asked) != 3 || c.Authorization[0] != "Basic abc" || c.AgentID[0] != "bob" || c.Token[0] != "tok" {
+		t.Fatalf("asked %v, got %+v", asked, c)
 	}
-	if len(seen) != 3 || seen.Get("authorization")[0] != "Basic abc" || seen.Get("x-macp-agent-id")[0] != "bob" || seen.Get("x-macp-token")[0] != "tok" {
-		t.Fatalf("authenticator saw %v", seen)
+	if id, err := (Dev{}).Authenticate(context.Background(), &c); err != nil || id.Sender != "bob" {
+		t.Fatalf("Authenticate = %+v, %v", id, err)
 	}
 	// The bearer-first rule the shortcut relies on, for each authenticator
 	// that reads another header: with a bearer token present, that header
@@ -188,25 +202,17 @@ func TestAuthenticateIncoming(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, a := range map[string]Authenticator{"dev": Dev{}, "tokens": tokens} {
-		with := metadata.MD{"authorization": {"Bearer good-token-0123456789"}, "x-macp-agent-id": {"bob"}, "x-macp-token": {"other"}}
-		without := metadata.MD{"authorization": {"Bearer good-token-0123456789"}}
+		with := creds("authorization", "Bearer good-token-0123456789", "x-macp-agent-id", "bob", "x-macp-token", "other")
+		without := creds("authorization", "Bearer good-token-0123456789")
 		id1, err1 := a.Authenticate(context.Background(), with)
 		id2, err2 := a.Authenticate(context.Background(), without)
 		if id1.Sender != id2.Sender || (err1 == nil) != (err2 == nil) {
 			t.Fatalf("%s: other headers change the outcome despite a bearer token: %+v %v / %+v %v", name, id1, err1, id2, err2)
 		}
 	}
-	ctx = metadata.NewIncomingContext(context.Background(), metadata.MD{"x-macp-agent-id": {"bob"}})
-	if id, err := AuthenticateIncoming(ctx, spy); err != nil || id.Sender != "bob" || len(seen) != 1 {
-		t.Fatalf("by agent id = %+v, %v (saw %v)", id, err, seen)
+	asked, c = nil, Credentials{}
+	Collect(&c, headers(nil, &asked))
+	if _, err := (Chain{Dev{}, tokens}).Authenticate(context.Background(), &c); !errors.Is(err, ErrNoCredentials) {
+		t.Fatalf("without headers = %v, want ErrNoCredentials", err)
 	}
-	if _, err := AuthenticateIncoming(context.Background(), spy); !errors.Is(err, ErrNoCredentials) || len(seen) != 0 {
-		t.Fatalf("without metadata = %v (saw %v), want ErrNoCredentials", err, seen)
-	}
-}
-
-type authFunc func(metadata.MD) (coord.Identity, error)
-
-func (f authFunc) Authenticate(_ context.Context, md metadata.MD) (coord.Identity, error) {
-	return f(md)
 }

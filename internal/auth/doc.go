@@ -2,6 +2,13 @@
 // (RFC-MACP-0004 §3-4). The envelope sender is always the identity an
 // Authenticator returns, never what a client asserts.
 //
+// Authentication is transport-neutral: an Authenticator reads a
+// Credentials, the values of the headers it understands (Headers) and the
+// client certificate chains the TLS handshake verified. Each binding
+// builds them from its own request (internal/server from the gRPC
+// metadata and peer, internal/httpapi from the HTTP headers and TLS
+// state, both through Collect); this package imports no transport.
+//
 // Authenticators are tried in order by a Chain. Each answers one of:
 // an Identity; ErrNoCredentials (the request carries nothing this
 // authenticator understands, so the next one may try); or an error with

@@ -18,7 +18,6 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/macpd/macpd/internal/coord"
-	"google.golang.org/grpc/metadata"
 )
 
 // JWT defaults.
@@ -214,8 +213,8 @@ func jwtShaped(tok string) bool {
 }
 
 // Authenticate implements Authenticator.
-func (j *JWT) Authenticate(ctx context.Context, md metadata.MD) (coord.Identity, error) {
-	tok := BearerToken(md)
+func (j *JWT) Authenticate(ctx context.Context, c *Credentials) (coord.Identity, error) {
+	tok := c.BearerToken()
 	if tok == "" || !jwtShaped(tok) {
 		return coord.Identity{}, ErrNoCredentials
 	}

@@ -20,7 +20,6 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/macpd/macpd/internal/coord"
-	"google.golang.org/grpc/metadata"
 )
 
 const (
@@ -103,7 +102,7 @@ func sign(t *testing.T, m jwt.SigningMethod, kid string, c jwt.MapClaims, key an
 	return s
 }
 
-func bearer(tok string) metadata.MD { return md("authorization", "Bearer "+tok) }
+func bearer(tok string) *Credentials { return creds("authorization", "Bearer "+tok) }
 
 func newJWT(t *testing.T, o JWTOptions) *JWT {
 	t.Helper()
@@ -155,8 +154,8 @@ func TestJWTValid(t *testing.T) {
 		t.Errorf("aud list: %+v %v", id, err)
 	}
 	// Not JWT-shaped, or no bearer: left to the next authenticator.
-	for _, m := range []metadata.MD{nil, md(), bearer("opaque-token"), bearer("a.b"), bearer("a.b.c"), bearer("x.y.z.w"),
-		md("x-macp-token", sign(t, jwt.SigningMethodRS256, "r1", claims("alice"), rk)),
+	for _, m := range []*Credentials{nil, creds(), bearer("opaque-token"), bearer("a.b"), bearer("a.b.c"), bearer("x.y.z.w"),
+		creds("x-macp-token", sign(t, jwt.SigningMethodRS256, "r1", claims("alice"), rk)),
 		bearer(b64([]byte(`{"typ":"JWT"}`)) + ".e30.sig")} {
 		if _, err := j.Authenticate(ctx, m); !errors.Is(err, ErrNoCredentials) {
 			t.Errorf("Authenticate(%v): %v, want ErrNoCredentials", m, err)
@@ -315,7 +314,7 @@ func TestJWTHS256(t *testing.T) {
 	octSecret := []byte("fedcba9876543210fedcba9876543210!")
 	rk := testRSAKey(t, 0)
 	ctx := context.Background()
-	hs := func(kid string, key []byte) metadata.MD {
+	hs := func(kid string, key []byte) *Credentials {
 		return bearer(sign(t, jwt.SigningMethodHS256, kid, claims("alice"), key))
 	}
 
@@ -334,7 +333,7 @@ func TestJWTHS256(t *testing.T) {
 	}
 
 	j = newJWT(t, JWTOptions{AllowHS256: true, HS256Secret: secret})
-	for name, m := range map[string]metadata.MD{"secret": hs("", secret), "secret, any kid": hs("k9", secret)} {
+	for name, m := range map[string]*Credentials{"secret": hs("", secret), "secret, any kid": hs("k9", secret)} {
 		if id, err := j.Authenticate(ctx, m); err != nil || id.Sender != "alice" {
 			t.Errorf("%s: %+v %v", name, id, err)
 		}

@@ -5,9 +5,6 @@ import (
 	"crypto/x509"
 
 	"github.com/macpd/macpd/internal/coord"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 )
 
 // MTLS authenticates callers by the client certificate the TLS handshake
@@ -21,16 +18,11 @@ type MTLS struct {
 }
 
 // Authenticate implements Authenticator.
-func (m MTLS) Authenticate(ctx context.Context, _ metadata.MD) (coord.Identity, error) {
-	p, ok := peer.FromContext(ctx)
-	if !ok || p.AuthInfo == nil {
+func (m MTLS) Authenticate(_ context.Context, c *Credentials) (coord.Identity, error) {
+	if c == nil || len(c.VerifiedChains) == 0 || len(c.VerifiedChains[0]) == 0 {
 		return coord.Identity{}, ErrNoCredentials
 	}
-	ti, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
-		return coord.Identity{}, ErrNoCredentials
-	}
-	leaf := ti.State.VerifiedChains[0][0]
+	leaf := c.VerifiedChains[0][0]
 	id := CertIdentity(leaf)
 	if id == "" {
 		return coord.Identity{}, coord.Errorf(coord.CodeUnauthenticated, "the client certificate names no identity (no URI or DNS SAN, no CN)")

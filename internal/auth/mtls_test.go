@@ -2,7 +2,6 @@ package auth
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
@@ -10,8 +9,6 @@ import (
 	"testing"
 
 	"github.com/macpd/macpd/internal/coord"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
 )
 
 func uri(s string) *url.URL {
@@ -41,33 +38,28 @@ func TestCertIdentity(t *testing.T) {
 	}
 }
 
-func withPeer(ai credentials.AuthInfo) context.Context {
-	return peer.NewContext(context.Background(), &peer.Peer{AuthInfo: ai})
-}
-
-func verified(c *x509.Certificate) credentials.TLSInfo {
-	return credentials.TLSInfo{State: tls.ConnectionState{PeerCertificates: []*x509.Certificate{c},
-		VerifiedChains: [][]*x509.Certificate{{c}}}}
+func verified(c *x509.Certificate) *Credentials {
+	return &Credentials{VerifiedChains: [][]*x509.Certificate{{c}}}
 }
 
 // MTLS takes the identity of a verified client certificate only.
 func TestMTLS(t *testing.T) {
 	m := MTLS{Caps: coord.Capabilities{IsObserver: true}}
 	leaf := &x509.Certificate{URIs: []*url.URL{uri("spiffe://example.org/agent/a")}}
-	id, err := m.Authenticate(withPeer(verified(leaf)), nil)
+	ctx := context.Background()
+	id, err := m.Authenticate(ctx, verified(leaf))
 	if err != nil || id.Sender != "spiffe://example.org/agent/a" || !id.Caps.IsObserver {
 		t.Fatalf("%+v %v", id, err)
 	}
-	// No peer, no TLS, or a certificate that was not verified: no credentials.
-	unverified := credentials.TLSInfo{State: tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}}}
-	for name, ctx := range map[string]context.Context{
-		"no peer":    context.Background(),
-		"no auth":    withPeer(nil),
-		"not TLS":    withPeer(fakeAuthInfo{}),
-		"no cert":    withPeer(credentials.TLSInfo{}),
-		"unverified": withPeer(unverified),
+	// No credentials, no TLS, or a certificate that was not verified: no
+	// credentials.
+	for name, c := range map[string]*Credentials{
+		"no credentials": nil,
+		"no TLS":         creds("authorization", "Bearer alice"),
+		"empty chain":    {VerifiedChains: [][]*x509.Certificate{{}}},
+		"unverified":     {},
 	} {
-		if _, err := m.Authenticate(ctx, nil); !errors.Is(err, ErrNoCredentials) {
+		if _, err := m.Authenticate(ctx, c); !errors.Is(err, ErrNoCredentials) {
 			t.Errorf("%s: %v, want ErrNoCredentials", name, err)
 		}
 	}
@@ -76,13 +68,9 @@ func TestMTLS(t *testing.T) {
 		"no name":  {},
 		"reserved": {Subject: pkix.Name{CommonName: "_runtime"}},
 	} {
-		_, err := m.Authenticate(withPeer(verified(c)), nil)
+		_, err := m.Authenticate(ctx, verified(c))
 		if coord.CodeOf(err) != coord.CodeUnauthenticated || errors.Is(err, ErrNoCredentials) {
 			t.Errorf("%s: %v, want UNAUTHENTICATED", name, err)
 		}
 	}
 }
-
-type fakeAuthInfo struct{}
-
-func (fakeAuthInfo) AuthType() string { return "fake" }

@@ -45,11 +45,11 @@ func TestFromConfigOrder(t *testing.T) {
 	ctx := context.Background()
 	// A configured static token resolves to its sender, not to a dev
 	// identity named after the token.
-	if id, err := c.Authenticate(ctx, md("authorization", "Bearer alice-token-0123456789")); err != nil || id.Sender != "agent://alice" {
+	if id, err := c.Authenticate(ctx, creds("authorization", "Bearer alice-token-0123456789")); err != nil || id.Sender != "agent://alice" {
 		t.Fatalf("static token: %+v %v", id, err)
 	}
 	// With dev identities on, an unknown bearer is a dev identity...
-	if id, err := c.Authenticate(ctx, md("authorization", "Bearer carol")); err != nil || id.Sender != "carol" || !id.Caps.CanManageModeRegistry {
+	if id, err := c.Authenticate(ctx, creds("authorization", "Bearer carol")); err != nil || id.Sender != "carol" || !id.Caps.CanManageModeRegistry {
 		t.Fatalf("dev identity: %+v %v", id, err)
 	}
 	// ... but a JWT that fails verification is not.
@@ -76,9 +76,9 @@ func TestFromConfigNoDev(t *testing.T) {
 		t.Fatalf("chain %v", got)
 	}
 	ctx := context.Background()
-	_, err = c.Authenticate(ctx, md("authorization", "Bearer carol"))
+	_, err = c.Authenticate(ctx, creds("authorization", "Bearer carol"))
 	wantUnauth(t, "unknown token", err, "unknown bearer token")
-	_, err = c.Authenticate(ctx, md("x-macp-agent-id", "carol"))
+	_, err = c.Authenticate(ctx, creds("x-macp-agent-id", "carol"))
 	if !errors.Is(err, ErrNoCredentials) {
 		t.Fatalf("dev header without dev identities: %v", err)
 	}

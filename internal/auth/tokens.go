@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/macpd/macpd/internal/coord"
-	"google.golang.org/grpc/metadata"
 )
 
 // DefaultReloadInterval is how often a token file is checked for changes.
@@ -294,19 +293,16 @@ func NewTokens(o TokensOptions) (*Tokens, error) {
 }
 
 // tokenFrom returns the bearer token, or else the x-macp-token header.
-func tokenFrom(md metadata.MD) string {
-	if tok := BearerToken(md); tok != "" {
+func tokenFrom(c *Credentials) string {
+	if tok := c.BearerToken(); tok != "" || c == nil {
 		return tok
 	}
-	if v := md.Get("x-macp-token"); len(v) > 0 {
-		return strings.TrimSpace(v[0])
-	}
-	return ""
+	return first(c.Token)
 }
 
 // Authenticate implements Authenticator.
-func (t *Tokens) Authenticate(_ context.Context, md metadata.MD) (coord.Identity, error) {
-	tok := tokenFrom(md)
+func (t *Tokens) Authenticate(_ context.Context, c *Credentials) (coord.Identity, error) {
+	tok := tokenFrom(c)
 	if tok == "" {
 		return coord.Identity{}, ErrNoCredentials
 	}

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/macpd/macpd/internal/coord"
-	"google.golang.org/grpc/metadata"
 )
 
 // The reference runtime's token format, both forms, with its capability
@@ -115,32 +114,32 @@ func newTokens(t *testing.T, o TokensOptions) *Tokens {
 func TestTokensAuthenticate(t *testing.T) {
 	ctx := context.Background()
 	tk := newTokens(t, TokensOptions{JSON: tokenList})
-	for _, m := range []metadata.MD{
-		md("authorization", "Bearer alice-token-0123456789"),
-		md("authorization", "bearer   alice-token-0123456789 "),
-		md("x-macp-token", "alice-token-0123456789"),
-		md("x-macp-token", " alice-token-0123456789 "),
-		md("authorization", "Bearer alice-token-0123456789", "x-macp-token", "bob-token-0123456789"),
+	for _, m := range []*Credentials{
+		creds("authorization", "Bearer alice-token-0123456789"),
+		creds("authorization", "bearer   alice-token-0123456789 "),
+		creds("x-macp-token", "alice-token-0123456789"),
+		creds("x-macp-token", " alice-token-0123456789 "),
+		creds("authorization", "Bearer alice-token-0123456789", "x-macp-token", "bob-token-0123456789"),
 	} {
 		id, err := tk.Authenticate(ctx, m)
 		if err != nil || id.Sender != "agent://alice" || id.Caps.IsObserver {
 			t.Errorf("Authenticate(%v) = %+v, %v", m, id, err)
 		}
 	}
-	if id, err := tk.Authenticate(ctx, md("x-macp-token", "bob-token-0123456789")); err != nil || id.Sender != "agent://bob" || !id.Caps.IsObserver {
+	if id, err := tk.Authenticate(ctx, creds("x-macp-token", "bob-token-0123456789")); err != nil || id.Sender != "agent://bob" || !id.Caps.IsObserver {
 		t.Errorf("bob: %+v %v", id, err)
 	}
-	for _, m := range []metadata.MD{nil, md(), md("authorization", "Basic eA=="), md("x-macp-agent-id", "alice"), md("x-macp-token", "  ")} {
+	for _, m := range []*Credentials{nil, creds(), creds("authorization", "Basic eA=="), creds("x-macp-agent-id", "alice"), creds("x-macp-token", "  ")} {
 		if _, err := tk.Authenticate(ctx, m); !errors.Is(err, ErrNoCredentials) {
 			t.Errorf("Authenticate(%v): %v, want ErrNoCredentials", m, err)
 		}
 	}
-	for _, m := range []metadata.MD{
-		md("authorization", "Bearer alice"),
-		md("authorization", "Bearer alice-token-012345678"),   // a prefix
-		md("authorization", "Bearer alice-token-01234567890"), // an extension
-		md("x-macp-token", "agent://alice"),
-		md("authorization", "Bearer a.b.c"),
+	for _, m := range []*Credentials{
+		creds("authorization", "Bearer alice"),
+		creds("authorization", "Bearer alice-token-012345678"),   // a prefix
+		creds("authorization", "Bearer alice-token-01234567890"), // an extension
+		creds("x-macp-token", "agent://alice"),
+		creds("authorization", "Bearer a.b.c"),
 	} {
 		_, err := tk.Authenticate(ctx, m)
 		if coord.CodeOf(err) != coord.CodeUnauthenticated || errors.Is(err, ErrNoCredentials) {
@@ -148,10 +147,10 @@ func TestTokensAuthenticate(t *testing.T) {
 		}
 	}
 	deferring := newTokens(t, TokensOptions{JSON: tokenList, DeferUnknown: true})
-	if _, err := deferring.Authenticate(ctx, md("authorization", "Bearer alice")); !errors.Is(err, ErrNoCredentials) {
+	if _, err := deferring.Authenticate(ctx, creds("authorization", "Bearer alice")); !errors.Is(err, ErrNoCredentials) {
 		t.Errorf("DeferUnknown: %v", err)
 	}
-	if id, err := deferring.Authenticate(ctx, md("authorization", "Bearer alice-token-0123456789")); err != nil || id.Sender != "agent://alice" {
+	if id, err := deferring.Authenticate(ctx, creds("authorization", "Bearer alice-token-0123456789")); err != nil || id.Sender != "agent://alice" {
 		t.Errorf("DeferUnknown, known token: %+v %v", id, err)
 	}
 }
@@ -179,7 +178,7 @@ func TestTokensConstantTimePath(t *testing.T) {
 		"unknown": "", "token-number-one-00": "", strings.Repeat("x", 4096): "",
 	} {
 		calls = 0
-		id, err := tk.Authenticate(context.Background(), md("authorization", "Bearer "+tok))
+		id, err := tk.Authenticate(context.Background(), creds("authorization", "Bearer "+tok))
 		if id.Sender != want || (want == "") != (err != nil) {
 			t.Errorf("%q: %+v %v", tok, id, err)
 		}
@@ -242,7 +241,7 @@ func TestTokensFileReload(t *testing.T) {
 	tk.now = clk.now
 	tk.lastCheck.Store(clk.now().UnixNano())
 	who := func(tok string) string {
-		id, err := tk.Authenticate(ctx, md("authorization", "Bearer "+tok))
+		id, err := tk.Authenticate(ctx, creds("authorization", "Bearer "+tok))
 		if err != nil {
 			return err.Error()
 		}
@@ -323,14 +322,14 @@ func TestTokensFileReloadConcurrent(t *testing.T) {
 					return
 				default:
 				}
-				_, _ = tk.Authenticate(context.Background(), md("authorization", "Bearer alice-token-0123456789"))
+				_, _ = tk.Authenticate(context.Background(), creds("authorization", "Bearer alice-token-0123456789"))
 			}
 		}()
 	}
 	writeFile(t, path, `[{"token": "bob-token-0123456789", "sender": "bob"}]`, time.Now())
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if id, err := tk.Authenticate(context.Background(), md("authorization", "Bearer bob-token-0123456789")); err == nil && id.Sender == "bob" {
+		if id, err := tk.Authenticate(context.Background(), creds("authorization", "Bearer bob-token-0123456789")); err == nil && id.Sender == "bob" {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -33,34 +33,13 @@ const (
 )
 
 // HTTPStatus is the registry's HTTP status for the code (RFC-MACP-0006 HTTP
-// binding). Unknown codes map to 500.
-func (c Code) HTTPStatus() int {
-	switch c {
-	case CodeUnauthenticated:
-		return 401
-	case CodeForbidden, CodeUnauthorized, CodePolicyDenied:
-		return 403
-	case CodeSessionNotFound, CodeUnknownPolicyVersion:
-		return 404
-	case CodeSessionNotOpen, CodeDuplicateMessage, CodeSessionAlreadyExists:
-		return 409
-	case CodeInvalidEnvelope, CodeUnsupportedProtocolVersion, CodeModeNotSupported,
-		CodeInvalidSessionID, CodeInvalidPolicyDefinition:
-		return 400
-	case CodePayloadTooLarge:
-		return 413
-	case CodeRateLimited:
-		return 429
-	default:
-		return 500
-	}
-}
+// binding; the table in codetable.go). Unknown codes map to 500.
+func (c Code) HTTPStatus() int { return c.Mapping().HTTPStatus }
 
 // Retryable reports whether a client may usefully retry the same request
-// later. Only rate limiting and internal failures are transient.
-func (c Code) Retryable() bool {
-	return c == CodeRateLimited || c == CodeInternalError
-}
+// later (the table's retry class). Only rate limiting and internal
+// failures are transient.
+func (c Code) Retryable() bool { return c.Mapping().Retry != RetryNever }
 
 // Error is the one typed error that crosses package boundaries with a stable
 // MACP code. Message is human-readable and must not leak internals; Reasons

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -14,35 +13,23 @@ import (
 
 	"github.com/macpd/macpd/internal/auth"
 	"github.com/macpd/macpd/internal/coord"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 )
 
 // Identify authenticates r with the same authenticators as gRPC: the
-// Authorization, X-MACP-Agent-Id and X-MACP-Token headers become the
-// metadata they read, and a verified TLS client certificate is presented
-// as the gRPC peer's, so bearer tokens, JWTs, client certificates and dev
+// Authorization, X-MACP-Agent-Id and X-MACP-Token headers and the TLS
+// client certificate chains the handshake verified are the request's
+// auth.Credentials, so bearer tokens, JWTs, client certificates and dev
 // identities work alike. When allowTicket is set and the request has no
 // credentials, a ?ticket= from POST /macp/auth/ticket is redeemed (once).
 // optional: a request without credentials is let through anonymous
 // (ok=false, no error).
 func (s *Server) Identify(r *http.Request, allowTicket, optional bool) (id coord.Identity, ok bool, cerr *coord.Error) {
-	md := make(metadata.MD, len(auth.Headers))
-	for _, k := range auth.Headers {
-		if v := r.Header.Values(k); len(v) > 0 {
-			md[k] = v
-		}
-	}
-	ctx := r.Context()
+	var c auth.Credentials
+	auth.Collect(&c, r.Header.Values)
 	if r.TLS != nil {
-		var addr net.Addr
-		if a, err := net.ResolveTCPAddr("tcp", r.RemoteAddr); err == nil {
-			addr = a
-		}
-		ctx = peer.NewContext(ctx, &peer.Peer{Addr: addr, AuthInfo: credentials.TLSInfo{State: *r.TLS}})
+		c.VerifiedChains = r.TLS.VerifiedChains
 	}
-	id, err := s.auth.Authenticate(ctx, md)
+	id, err := s.auth.Authenticate(r.Context(), &c)
 	switch {
 	case err == nil:
 		markAuthenticated(r)

@@ -6,9 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
-	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/wire"
 	"google.golang.org/protobuf/proto"
 )
@@ -17,10 +15,11 @@ import (
 //
 //	GET /macp/sessions/events   SSE: event "lifecycle", data = SessionLifecycleEvent JSON
 //
-// It sends a CREATED event for every OPEN session the caller may observe
-// (the sync), then the live CREATED/RESOLVED/EXPIRED events (a cancelled session is EXPIRED with state CANCELLED) of
-// the sessions the caller may observe (runtime.MayObserveMetadata, the
-// same filter as gRPC), without duplicates across the sync. Lifecycle
+// It sends a CREATED event for every live (OPEN or SUSPENDED) session the
+// caller may observe (the sync), then the live CREATED/RESOLVED/EXPIRED
+// events (a cancelled session is EXPIRED with state CANCELLED) of the
+// sessions the caller may observe, without duplicates across the sync:
+// runtime.SessionWatch, the same feed as gRPC WatchSessions. Lifecycle
 // events have no sequence number, so there is no resume: a client that
 // reconnects re-reads GET /macp/sessions and watches again. Bounded like
 // the other feeds: one of the identity's stream slots, the runtime's
@@ -39,8 +38,8 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	wt := s.rt.Lifecycle.Watch(func(ev runtime.LifecycleEvent) bool { return runtime.MayObserveMetadata(id, ev.Session) })
-	defer s.rt.Lifecycle.Unwatch(wt)
+	wt := s.rt.WatchSessions(id)
+	defer wt.Close()
 
 	ctx, cancel := contextWithDrain(r.Context(), s.drain)
 	defer cancel()
@@ -66,50 +65,31 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
 
-	// synced: sessions the sync reported whose first live event has not
-	// been seen; a CREATED for one of them is the same session again.
-	now := s.opts.Now().UnixMilli()
-	synced := make(map[string]bool)
-	for _, md := range s.rt.ListSessions(ctx, id) {
-		if md.GetState() != macpv1.SessionState_SESSION_STATE_OPEN {
-			continue
-		}
-		synced[md.GetSessionId()] = true
-		event("lifecycle", &macpv1.SessionLifecycleEvent{EventType: macpv1.SessionLifecycleEvent_EVENT_TYPE_CREATED, Session: md, ObservedAtUnixMs: now})
+	for _, ev := range wt.Sync(ctx) {
+		event("lifecycle", ev)
 	}
 	if flush() != nil {
 		return
 	}
-	ka := time.NewTicker(s.opts.KeepAlive)
+	ka := s.rt.Clock().NewTicker(s.opts.KeepAlive)
 	defer ka.Stop()
 	for {
-		for {
-			ev, ok := wt.Next()
-			if !ok {
-				break
-			}
-			sid := ev.Session.GetSessionId()
-			if synced[sid] {
-				delete(synced, sid)
-				if ev.Type == macpv1.SessionLifecycleEvent_EVENT_TYPE_CREATED {
-					continue
-				}
-			}
-			event("lifecycle", &macpv1.SessionLifecycleEvent{EventType: ev.Type, Session: ev.Session, ObservedAtUnixMs: ev.ObservedMs})
+		for ev, ok := wt.Next(); ok; ev, ok = wt.Next() {
+			event("lifecycle", ev)
 		}
 		if buf.Len() > 0 && flush() != nil {
 			return
 		}
 		select {
 		case <-wt.Ready():
-		case <-ka.C:
+		case <-ka.C():
 			buf.WriteString(": keep-alive\n\n")
 			if flush() != nil {
 				return
 			}
 		case <-wt.Done():
 			if wt.Overflowed() {
-				event("error", wire.ErrorOf(coord.Errorf(coord.CodeRateLimited, "lifecycle watcher fell more than %d sessions behind; re-read GET /macp/sessions and watch again", s.rt.Lifecycle.MaxPending())))
+				event("error", wire.ErrorOf(coord.Errorf(coord.CodeRateLimited, "lifecycle watcher fell more than %d sessions behind; re-read GET /macp/sessions and watch again", wt.MaxPending())))
 				_ = flush()
 			}
 			return

@@ -118,8 +118,6 @@ func (r *attachments) remove(a *attachment) {
 	r.mu.Unlock()
 }
 
-var errRestart = errors.New("restart from the current end")
-
 // supersededReason is the reason of every follow ended because the same
 // caller attached to the session elsewhere; clients recognise the prefix
 // "superseded:" as final (sdk.SupersededPrefix).
@@ -135,15 +133,14 @@ func (s *Server) attach(sink rpcSink, sid string, after uint64, stateSeen bool, 
 	id := sink.identity()
 	ctx, cancel := context.WithCancel(sink.connCtx())
 	a := &attachment{key: attachKey{id.Sender, sid}, sink: sink, cancel: cancel, done: make(chan struct{}), last: after}
-	openedMs := s.opts.Now().UnixMilli()
+	openedMs := s.nowMs()
 	go func() {
 		defer close(a.done)
 		defer cancel()
 		fw := s.newFeedWindow() // feedwindow.go
 		defer fw.end()
-		started, outside, registered := false, false, false
+		started, catchup, registered := false, true, false
 		untrack := func() {}
-		var startLast uint64
 		// sendState sends the session's state as of record `at`, the last
 		// record this attachment delivered, labelled with the state event
 		// id "at.5" (stateEventID), when it differs from the last state
@@ -178,10 +175,6 @@ func (s *Server) attach(sink rpcSink, sid string, after uint64, stateSeen bool, 
 		}
 		deliver := func(rec session.Record) error {
 			cost := runtime.StreamCost(rec)
-			if outside && rec.Seq <= startLast {
-				fw.w.Release(cost)
-				return errRestart
-			}
 			if rec.Envelope == nil {
 				fw.w.Release(cost)
 			} else {
@@ -206,14 +199,13 @@ func (s *Server) attach(sink rpcSink, sid string, after uint64, stateSeen bool, 
 			sendState(rec.Seq)
 			return nil
 		}
-		opts := runtime.FollowOptions{LiveSinceMs: openedMs, Window: fw.w, OnStartAfter: func(last, from uint64) {
+		opts := runtime.FollowOptions{LiveSinceMs: openedMs, Window: fw.w, ReplayWindow: uint64(s.opts.ReplayWindow),
+			// Outside the replay window the follow starts at the
+			// session's end (from = last): catchup false.
+			OnReplayCut: func(uint64) { catchup = false },
+		}
+		opts.OnStartAfter = func(_, from uint64) {
 			started = true
-			startLast = last
-			catchup := true
-			if w := uint64(s.opts.ReplayWindow); w > 0 && last > from && last-from > w {
-				catchup, outside = false, true
-				from = last
-			}
 			a.mu.Lock()
 			a.last = from
 			a.mu.Unlock()
@@ -235,13 +227,8 @@ func (s *Server) attach(sink rpcSink, sid string, after uint64, stateSeen bool, 
 			// was missed (when records follow, it follows the last of
 			// them instead).
 			sendState(from)
-		}}
-		err := s.rt.Follow(ctx, id, sid, after, opts, deliver)
-		if errors.Is(err, errRestart) {
-			opts.OnStartAfter = nil
-			opts.LiveSinceMs = 0
-			err = s.rt.Follow(ctx, id, sid, startLast, opts, deliver)
 		}
+		err := s.rt.Follow(ctx, id, sid, after, opts, deliver)
 		if !started {
 			onFail(followError(err))
 			return

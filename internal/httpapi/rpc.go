@@ -142,7 +142,7 @@ func (s *Server) rpcStream(w http.ResponseWriter, r *http.Request) {
 	if !write([]byte("event: stream\ndata: " + string(first) + "\n\n")) {
 		return
 	}
-	t := time.NewTicker(s.opts.KeepAlive)
+	t := s.rt.Clock().NewTicker(s.opts.KeepAlive)
 	defer t.Stop()
 	for {
 		select {
@@ -152,7 +152,7 @@ func (s *Server) rpcStream(w http.ResponseWriter, r *http.Request) {
 			if !ok {
 				return
 			}
-		case <-t.C:
+		case <-t.C():
 			if !write([]byte(": keep-alive\n\n")) {
 				return
 			}

@@ -70,10 +70,6 @@ type Options struct {
 	// TLS, when set, serves HTTPS with it (the gRPC listener's config).
 	TLS    *tls.Config
 	Logger *slog.Logger
-	// Now is the clock; by default the runtime's (Runtime.Clock), so the
-	// "live since the stream opened" rule reads the same time on every
-	// transport.
-	Now func() time.Time
 	// ReplayWindow is how many missed envelopes session/resume replays at
 	// most (0 = the whole retained history); beyond it the answer is
 	// catchup: false and nothing missed is replayed (resume.go).
@@ -137,14 +133,11 @@ type Server struct {
 // New returns the binding over rt, authenticating with a.
 func New(rt *runtime.Runtime, a auth.Authenticator, opts Options) *Server {
 	opts.defaults()
-	if opts.Now == nil {
-		opts.Now = rt.Clock().Now
-	}
 	drain, drainNow := context.WithCancel(context.Background())
 	s := &Server{
 		rt: rt, auth: a, opts: opts, log: opts.Logger, mux: http.NewServeMux(),
 		cors:     newCORS(opts.CORSOrigins),
-		tickets:  newTickets(opts.TicketTTL, opts.MaxTickets, opts.Now),
+		tickets:  newTickets(opts.TicketTTL, opts.MaxTickets, rt.Clock().Now),
 		enc:      newEncCache(),
 		attached: newAttachments(),
 		perID:    limits.NewCounter(opts.MaxStreamsPerIdentity),
@@ -223,3 +216,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	return err
 }
+
+// nowMs is the runtime's clock (Runtime.Clock) in Unix milliseconds, the
+// one clock of every binding, so the "live since the stream opened" rule
+// reads the same time on every transport. (Network deadlines are wall
+// time.)
+func (s *Server) nowMs() int64 { return s.rt.Clock().Now().UnixMilli() }

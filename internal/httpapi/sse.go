@@ -86,7 +86,7 @@ func encodeEnvelope(env *macpv1.Envelope, view bool) ([]byte, error) {
 // a reconnect to a terminal session with nothing left is answered 204,
 // which stops EventSource from reconnecting.
 func (s *Server) sse(w http.ResponseWriter, r *http.Request) {
-	openedMs := s.opts.Now().UnixMilli()
+	openedMs := s.nowMs()
 	id, _, cerr := s.Identify(r, true, false)
 	if cerr != nil {
 		WriteError(w, cerr)
@@ -186,11 +186,11 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request) {
 	kaDone := make(chan struct{})
 	go func() {
 		defer close(kaDone)
-		t := time.NewTicker(s.opts.KeepAlive)
+		t := s.rt.Clock().NewTicker(s.opts.KeepAlive)
 		defer t.Stop()
 		for {
 			select {
-			case <-t.C:
+			case <-t.C():
 				mu.Lock()
 				if started {
 					buf.WriteString(": keep-alive\n\n")

@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"net/http"
 
@@ -184,7 +183,7 @@ func (wc *wsConn) readLoop() (websocket.StatusCode, string) {
 // within the write timeout is disconnected. It also pings the client
 // every keep-alive interval.
 func (wc *wsConn) writeLoop() {
-	t := time.NewTicker(wc.s.opts.KeepAlive)
+	t := wc.s.rt.Clock().NewTicker(wc.s.opts.KeepAlive)
 	defer t.Stop()
 	for {
 		select {
@@ -197,7 +196,7 @@ func (wc *wsConn) writeLoop() {
 				wc.cancel()
 				return
 			}
-		case <-t.C:
+		case <-t.C():
 			go func() {
 				ctx, cancel := context.WithTimeout(wc.ctx, wc.s.opts.WriteTimeout)
 				defer cancel()
@@ -247,7 +246,7 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 	default:
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: `payload: use "base64" (default) or "json"`}
 	}
-	openedMs := wc.s.opts.Now().UnixMilli()
+	openedMs := wc.s.nowMs()
 	wc.mu.Lock()
 	if wc.pc.attachedTo(p.SessionID) {
 		wc.mu.Unlock()

@@ -353,6 +353,15 @@ type FollowOptions struct {
 	// requested after only when that was beyond the end (LiveSinceMs), so
 	// transports can tell clients where counting starts.
 	OnStartAfter func(lastSeq, after uint64)
+	// ReplayWindow, if > 0, is the most missed records a follower catches
+	// up on: when more than ReplayWindow records lie between the effective
+	// after and the session's last durable record, none of them is
+	// delivered and the follower starts after the last durable record
+	// instead (session/resume's replay window, docs/resume.md). OnStart
+	// and OnStartAfter report that after; OnReplayCut, if set, is called
+	// before them with the after it replaced.
+	ReplayWindow uint64
+	OnReplayCut  func(after uint64)
 	// Window, if set, bounds what this follower and its consumer hold
 	// (streambudget.go): every record is charged StreamCost(rec) to it
 	// before it is read from the store or handed to fn, waiting while the
@@ -416,6 +425,12 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 		if err != nil && !errors.Is(err, errStopRead) {
 			return err
 		}
+	}
+	if w := opts.ReplayWindow; w > 0 && last > after && last-after > w {
+		if opts.OnReplayCut != nil {
+			opts.OnReplayCut(after)
+		}
+		after = last // outside the replay window: nothing missed is replayed
 	}
 	if opts.OnStart != nil {
 		opts.OnStart(last)

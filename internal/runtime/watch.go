@@ -20,6 +20,10 @@ import "sync"
 // (Done closes, Overflowed reports true, its set is freed): its transport
 // tells the client to re-sync with ListSessions. Publish never blocks: it
 // only updates maps under short locks, whatever the watchers do.
+//
+// The transports do not consume a LifecycleWatcher directly: each caller's
+// feed is a SessionWatch (lifecycle.go), the initial sync then the live
+// events without duplicates, the same on gRPC and HTTP.
 
 // DefaultMaxWatchPending is the default cap on distinct sessions pending
 // for one lifecycle watcher (Options.MaxWatchPending).

@@ -8,7 +8,8 @@
 // OK (RFC-MACP-0006 §3.1). Every other RPC reports failure as a gRPC
 // status whose message starts with the MACP code ("SESSION_NOT_FOUND: ...")
 // and whose details carry a macp.v1.MACPError with the code, so clients can
-// branch on the code without parsing text. Code mapping: see grpcCode. The
+// branch on the code without parsing text. Code mapping: the gRPC column of
+// coord's code table (grpcCode). The
 // only failures without a MACP code are an Initialize without versions
 // (INVALID_ARGUMENT) and GetManifest for an unknown agent (NOT_FOUND),
 // which the error registry has no code for.

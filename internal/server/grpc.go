@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
@@ -19,9 +20,11 @@ import (
 	"github.com/macpd/macpd/internal/session"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 )
@@ -120,7 +123,7 @@ func (s *Service) authenticate(ctx context.Context, method string) (context.Cont
 	if !isMACPMethod(method) {
 		return ctx, nil // health, reflection
 	}
-	id, err := auth.AuthenticateIncoming(ctx, s.auth)
+	id, err := authenticateIncoming(ctx, s.auth)
 	switch {
 	case err == nil:
 		s.guard.authenticated(ctx) // connguard.go: the connection keeps MACP_MAX_CONNECTION_IDLE_MS
@@ -134,6 +137,33 @@ func (s *Service) authenticate(ctx context.Context, method string) (context.Cont
 		return nil, statusErr(coord.AsErrorCode(err, coord.CodeUnauthenticated))
 	}
 }
+
+// credsPool recycles the Credentials authenticateIncoming builds: a call
+// pays no allocation for them (authenticators must not keep them).
+var credsPool = sync.Pool{New: func() any { return new(auth.Credentials) }}
+
+// authenticateIncoming runs a on the credentials of the incoming call: the
+// metadata under auth.Headers, looked up one key at a time
+// (metadata.FromIncomingContext copies every header of every call, about
+// 2% of the server's CPU at 64 concurrent sessions), and the client
+// certificate chains the TLS handshake verified.
+func authenticateIncoming(ctx context.Context, a auth.Authenticator) (coord.Identity, error) {
+	c := credsPool.Get().(*auth.Credentials)
+	auth.Collect(c, func(k string) []string { return metadata.ValueFromIncomingContext(ctx, k) })
+	if p, ok := peer.FromContext(ctx); ok {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			c.VerifiedChains = ti.State.VerifiedChains
+		}
+	}
+	id, err := a.Authenticate(ctx, c)
+	*c = auth.Credentials{}
+	credsPool.Put(c)
+	return id, err
+}
+
+// nowMs is the runtime's clock (Runtime.Clock) in Unix milliseconds: the
+// one time every binding stamps and compares with.
+func (s *Service) nowMs() int64 { return s.rt.Clock().Now().UnixMilli() }
 
 func isMACPMethod(m string) bool {
 	return strings.HasPrefix(m, "/macp.v1.MACPRuntimeService/")
@@ -411,7 +441,7 @@ func (s *Service) ListSessions(ctx context.Context, req *macpv1.ListSessionsRequ
 // WatchRoots sends one change hint, then one per change (roots are static
 // in this build, so the stream idles until the client leaves).
 func (s *Service) WatchRoots(_ *macpv1.WatchRootsRequest, stream grpc.ServerStreamingServer[macpv1.WatchRootsResponse]) error {
-	if err := stream.Send(&macpv1.WatchRootsResponse{Change: &macpv1.RootsChanged{ObservedAtUnixMs: time.Now().UnixMilli()}}); err != nil {
+	if err := stream.Send(&macpv1.WatchRootsResponse{Change: &macpv1.RootsChanged{ObservedAtUnixMs: s.nowMs()}}); err != nil {
 		return err
 	}
 	<-stream.Context().Done()
@@ -423,7 +453,7 @@ func (s *Service) WatchRoots(_ *macpv1.WatchRootsRequest, stream grpc.ServerStre
 // that queued up while the client was slow become one, and a watcher that
 // the hub dropped for lagging just gets a fresh hint.
 func (s *Service) WatchModeRegistry(_ *macpv1.WatchModeRegistryRequest, stream grpc.ServerStreamingServer[macpv1.WatchModeRegistryResponse]) error {
-	return watchHints(stream.Context(), s.rt.Registry, func(at int64) error {
+	return s.watchHints(stream.Context(), s.rt.Registry, func(at int64) error {
 		return stream.Send(&macpv1.WatchModeRegistryResponse{Change: &macpv1.RegistryChanged{Registry: "modes", ObservedAtUnixMs: at}})
 	})
 }
@@ -432,10 +462,10 @@ func (s *Service) WatchModeRegistry(_ *macpv1.WatchModeRegistryRequest, stream g
 // hub, until ctx ends or send fails. Changes are idempotent hints, so
 // those that queued up while the client was slow become one, and a
 // watcher the hub dropped for lagging is subscribed again and sent one.
-func watchHints(ctx context.Context, hub *runtime.Hub[int64], send func(at int64) error) error {
+func (s *Service) watchHints(ctx context.Context, hub *runtime.Hub[int64], send func(at int64) error) error {
 	sub := hub.Subscribe()
 	defer func() { hub.Unsubscribe(sub) }() // the current sub
-	if err := send(time.Now().UnixMilli()); err != nil {
+	if err := send(s.nowMs()); err != nil {
 		return err
 	}
 	for {
@@ -449,7 +479,7 @@ func watchHints(ctx context.Context, hub *runtime.Hub[int64], send func(at int64
 			}
 		case <-sub.Done():
 			sub = hub.Subscribe()
-			if err := send(time.Now().UnixMilli()); err != nil {
+			if err := send(s.nowMs()); err != nil {
 				return err
 			}
 		case <-ctx.Done():
@@ -508,8 +538,9 @@ func (s *Service) WatchSignals(_ *macpv1.WatchSignalsRequest, stream grpc.Server
 // state, with nothing missed.
 const HeaderWatchSubscribed = "macp-watch-subscribed"
 
-// WatchSessions sends a CREATED event for every OPEN session the caller may
-// see (initial sync), then lifecycle events as they become durable.
+// WatchSessions sends a CREATED event for every live session the caller
+// may see (initial sync), then lifecycle events as they become durable
+// (runtime.SessionWatch, shared with GET /macp/sessions/events).
 //
 // A slow watcher is not dropped: its missed events are coalesced to the
 // latest state of each session, delivered in the order the sessions first
@@ -520,42 +551,19 @@ const HeaderWatchSubscribed = "macp-watch-subscribed"
 func (s *Service) WatchSessions(_ *macpv1.WatchSessionsRequest, stream grpc.ServerStreamingServer[macpv1.WatchSessionsResponse]) error {
 	ctx := stream.Context()
 	id, _ := identityFrom(ctx)
-	w := s.rt.Lifecycle.Watch(func(ev runtime.LifecycleEvent) bool { return runtime.MayObserveMetadata(id, ev.Session) })
-	defer s.rt.Lifecycle.Unwatch(w)
-	now := s.rt.Clock().Now().UnixMilli()
-	if err := stream.SendHeader(metadata.Pairs(HeaderWatchSubscribed, strconv.FormatInt(now, 10))); err != nil {
+	w := s.rt.WatchSessions(id)
+	defer w.Close()
+	if err := stream.SendHeader(metadata.Pairs(HeaderWatchSubscribed, strconv.FormatInt(w.SubscribedMs, 10))); err != nil {
 		return err
 	}
-	// synced holds the sessions reported OPEN by the initial sync whose
-	// first live event has not been seen yet: a CREATED for them is a
-	// duplicate (created between subscribing and the sync). Any event
-	// removes the entry, so it only shrinks.
-	synced := make(map[string]bool)
-	for _, md := range s.rt.ListSessions(ctx, id) {
-		if st := md.State; st != macpv1.SessionState_SESSION_STATE_OPEN && st != macpv1.SessionState_SESSION_STATE_SUSPENDED {
-			continue // the initial sync lists the live (non-terminal) sessions
-		}
-		synced[md.SessionId] = true
-		ev := &macpv1.SessionLifecycleEvent{EventType: macpv1.SessionLifecycleEvent_EVENT_TYPE_CREATED, Session: md, ObservedAtUnixMs: now}
+	for _, ev := range w.Sync(ctx) {
 		if err := stream.Send(&macpv1.WatchSessionsResponse{Event: ev}); err != nil {
 			return err
 		}
 	}
 	for {
-		for {
-			ev, ok := w.Next()
-			if !ok {
-				break
-			}
-			sid := ev.Session.GetSessionId()
-			if synced[sid] {
-				delete(synced, sid)
-				if ev.Type == macpv1.SessionLifecycleEvent_EVENT_TYPE_CREATED {
-					continue
-				}
-			}
-			out := &macpv1.SessionLifecycleEvent{EventType: ev.Type, Session: ev.Session, ObservedAtUnixMs: ev.ObservedMs}
-			if err := stream.Send(&macpv1.WatchSessionsResponse{Event: out}); err != nil {
+		for ev, ok := w.Next(); ok; ev, ok = w.Next() {
+			if err := stream.Send(&macpv1.WatchSessionsResponse{Event: ev}); err != nil {
 				return err
 			}
 		}
@@ -563,7 +571,7 @@ func (s *Service) WatchSessions(_ *macpv1.WatchSessionsRequest, stream grpc.Serv
 		case <-w.Ready():
 		case <-w.Done():
 			if w.Overflowed() {
-				return statusErr(coord.Errorf(coord.CodeRateLimited, "lifecycle watcher fell more than %d sessions behind; re-sync with ListSessions and watch again", s.rt.Lifecycle.MaxPending()))
+				return statusErr(coord.Errorf(coord.CodeRateLimited, "lifecycle watcher fell more than %d sessions behind; re-sync with ListSessions and watch again", w.MaxPending()))
 			}
 			return nil
 		case <-ctx.Done():

@@ -53,7 +53,7 @@ func (s *Service) ListPolicies(_ context.Context, req *macpv1.ListPoliciesReques
 // (each list is complete, so only the latest matters), and a watcher the
 // hub dropped for lagging just gets a fresh list.
 func (s *Service) WatchPolicies(_ *macpv1.WatchPoliciesRequest, stream grpc.ServerStreamingServer[macpv1.WatchPoliciesResponse]) error {
-	return watchHints(stream.Context(), s.rt.PolicyChanges, func(at int64) error {
+	return s.watchHints(stream.Context(), s.rt.PolicyChanges, func(at int64) error {
 		return stream.Send(&macpv1.WatchPoliciesResponse{Descriptors: s.rt.Policies(""), ObservedAtUnixMs: at})
 	})
 }

@@ -44,14 +44,17 @@ type streamState struct {
 	out chan outItem
 	// window holds what the follower read for this stream until gRPC
 	// has written it (runtime/streambudget.go; sendrelease.go).
-	window     *runtime.StreamWindow
-	sw         *sendWindow
-	mu         sync.Mutex // guards bound, following, lastSent, seen, drainTo, drained, headerSent
-	bound      string
-	following  bool
-	lastSent   uint64 // the last session envelope whose Send returned (trailer)
-	sending    bool   // a session envelope's Send is in flight
-	superseded bool   // a protocol-mode attachment of the same caller ended the follow
+	window    *runtime.StreamWindow
+	sw        *sendWindow
+	mu        sync.Mutex // guards bound, following, lastSent, seen, drainTo, drained, headerSent
+	bound     string
+	following bool
+	lastSent  uint64 // the last session envelope whose Send returned (trailer)
+	sending   bool   // a session envelope's Send is in flight
+	// sent is signalled (without blocking) each time a session envelope's
+	// Send returns, for abandon.
+	sent       chan struct{}
+	superseded bool // a protocol-mode attachment of the same caller ended the follow
 	headerSent bool
 	// seen is the sequence number of the last record the follower handled
 	// (delivered, or skipped as envelope-less). After the client
@@ -84,12 +87,13 @@ func (s *Service) StreamSession(stream grpc.BidiStreamingServer[macpv1.StreamSes
 	defer cancel()
 	id, _ := identityFrom(ctx)
 	st := &streamState{
-		s: s, stream: stream, id: id, openedMs: s.rt.Clock().Now().UnixMilli(),
+		s: s, stream: stream, id: id, openedMs: s.nowMs(),
 		out:        make(chan outItem, 64),
 		followDone: make(chan error, 1),
 		stopSend:   make(chan struct{}),
 		ctxDone:    ctx.Done(),
 		sendErr:    make(chan error, 1),
+		sent:       make(chan struct{}, 1),
 		cancel:     cancel,
 	}
 	st.sw = s.newSendWindow(ctx)
@@ -121,9 +125,9 @@ func (s *Service) StreamSession(stream grpc.BidiStreamingServer[macpv1.StreamSes
 
 	var hb <-chan time.Time
 	if d := s.opts.StreamHeartbeat; d > 0 {
-		t := time.NewTicker(d)
+		t := s.rt.Clock().NewTicker(d) // the runtime's clock, as every stream time
 		defer t.Stop()
-		hb = t.C
+		hb = t.C()
 	}
 	var drained <-chan struct{}
 	for {
@@ -169,7 +173,7 @@ func (s *Service) StreamSession(stream grpc.BidiStreamingServer[macpv1.StreamSes
 		case <-hb:
 			if st.isFollowing() && len(st.out) == 0 {
 				select { // never wait for a client that does not read
-				case st.out <- outItem{resp: &macpv1.StreamSessionResponse{Response: &macpv1.StreamSessionResponse_Envelope{Envelope: heartbeat()}}}:
+				case st.out <- outItem{resp: &macpv1.StreamSessionResponse{Response: &macpv1.StreamSessionResponse_Envelope{Envelope: heartbeat(s.nowMs())}}}:
 				default:
 				}
 			}
@@ -225,15 +229,27 @@ func (st *streamState) finish(err error) error {
 // is about to return has queued its message, which the client will get
 // before the trailer: it is given sendSettle to return, so that the
 // trailer names it. One still waiting after that waits for the client's
-// flow-control window, so its message was not queued.
+// flow-control window, so its message was not queued. The wait ends when
+// the sender signals that its Send returned (sent), not by polling; its
+// bound is wall time, not the runtime's clock: it gives another goroutine
+// time to run, which a test's fake clock would never let pass while the
+// stalled stream it ends waits for it.
 func (st *streamState) abandon(err error) error {
 	close(st.stopSend)
-	for deadline := time.Now().Add(sendSettle); ; time.Sleep(time.Millisecond) {
+	settle := time.NewTimer(sendSettle)
+	defer settle.Stop()
+wait:
+	for {
 		st.mu.Lock()
 		busy := st.sending
 		st.mu.Unlock()
-		if !busy || time.Now().After(deadline) {
+		if !busy {
 			break
+		}
+		select {
+		case <-st.sent:
+		case <-settle.C:
+			break wait
 		}
 	}
 	st.setTrailer()
@@ -290,6 +306,10 @@ func (st *streamState) sendLoop() error {
 				st.lastSent = it.seq
 			}
 			st.mu.Unlock()
+			select {
+			case st.sent <- struct{}{}:
+			default: // one signal pending is enough: abandon re-checks sending
+			}
 		}
 		return err
 	}
@@ -578,14 +598,14 @@ func followStatus(err error) error {
 // heartbeat is an ambient Signal sent on idle bound streams
 // (RFC-MACP-0006 §3.4 "heartbeat and liveness signals"): it carries no
 // session id, so session consumers skip it.
-func heartbeat() *macpv1.Envelope {
+func heartbeat(nowMs int64) *macpv1.Envelope {
 	payload, _ := proto.Marshal(&macpv1.SignalPayload{SignalType: "heartbeat"})
 	return &macpv1.Envelope{
 		MacpVersion:     coord.ProtocolVersion,
 		MessageType:     coord.TypeSignal,
 		MessageId:       uuid.NewString(),
 		Sender:          coord.RuntimeSender,
-		TimestampUnixMs: time.Now().UnixMilli(),
+		TimestampUnixMs: nowMs,
 		Payload:         payload,
 	}
 }

@@ -268,7 +268,7 @@ func writeJSON(w http.ResponseWriter, b []byte) {
 func writeError(w http.ResponseWriter, err error) {
 	e := coord.AsError(err)
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(e.Code.HTTPStatus())
+	w.WriteHeader(e.Code.Mapping().HTTPStatus) // coord's code table, as every binding
 	b, _ := json.Marshal(struct {
 		Code    coord.Code `json:"code"`
 		Message string     `json:"message"`

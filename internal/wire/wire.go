@@ -313,9 +313,9 @@ const (
 
 // CloseCode is the WebSocket close code that carries a MACP error: 4000 +
 // the code's HTTP status (4401 UNAUTHENTICATED, 4403 FORBIDDEN, 4404
-// SESSION_NOT_FOUND, 4409, 4400, 4413, 4429, 4500). The close reason
-// starts with the MACP code.
-func CloseCode(code string) int { return 4000 + HTTPStatus(code) }
+// SESSION_NOT_FOUND, 4409, 4400, 4413, 4429, 4500), the close-code column
+// of coord's code table. The close reason starts with the MACP code.
+func CloseCode(code string) int { return coord.Code(code).Mapping().CloseCode }
 
 // IsCore reports whether messageType is a Core message type with a
 // payload schema of its own (RFC-MACP-0001 §6).
