@@ -155,8 +155,8 @@ func TestProjectionAgreesWithRuntime(t *testing.T) {
 
 type propStats struct {
 	offered, accepted, resolved, predictions, predictedOK int
-	controls, suspended, resumed, cancelled                int
-	suspendedCommit                                        int // Commitments predicted while SUSPENDED
+	controls, suspended, resumed, cancelled               int
+	suspendedCommit                                       int // Commitments predicted while SUSPENDED
 }
 
 // stateOf is the wire state of a session status (the numbers coincide).
