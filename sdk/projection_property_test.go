@@ -99,7 +99,8 @@ func (g *gen) sender() string { return g.pick("coord", "a", "b", "c", "a", "b", 
 func (g *gen) commitment() (env *macpv1.Envelope, positive, wellFormed bool) {
 	positive = g.chance(50)
 	c := &macpv1.CommitmentPayload{CommitmentId: "c" + strconv.Itoa(g.n), Action: "test.outcome", AuthorityScope: "s",
-		Reason: "r", ModeVersion: g.start.ModeVersion, ConfigurationVersion: g.start.ConfigurationVersion, OutcomePositive: positive}
+		Reason: "r", ModeVersion: g.start.ModeVersion, ConfigurationVersion: g.start.ConfigurationVersion, PolicyVersion: g.start.PolicyVersion,
+		OutcomePositive: positive}
 	sender := "coord"
 	wellFormed = true
 	if g.chance(10) {
