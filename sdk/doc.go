@@ -132,9 +132,18 @@
 // propose under 2026-04 only). A test checks projections against the
 // runtime's own session and mode logic on 10,000 random histories per
 // mode and per profile, with suspend, resume and cancel calls among the
-// messages. Projections do not re-validate their input, and a session
-// bound to a policy other than policy.default may be stricter than
-// Eligible; the runtime's Ack decides.
+// messages. For a Decision session bound to another policy,
+// [ParseDecisionRules] reads its rules and [DecisionProjection.EligibleUnder]
+// applies the newest Decision rules (RFC-MACP-0007 §6.2, RFC-MACP-0012
+// §4.1: vetoes and their actions, require_vote_quorum, the voting
+// algorithms on the decisive tally, the decline guard), which the runtime
+// uses for sessions of profile 2026-09 and for every session bound to a
+// schema_version 2 or 3 policy; a test checks them against the runtime on
+// 10,000 random policies and histories. The April rules (2026-04 with a
+// schema_version 1 policy) are not modelled ([ErrAprilDecisionRules]), nor
+// are other modes' policy rules, so there Eligible may be more permissive
+// than the runtime. Projections do not re-validate their input; the
+// runtime's Ack decides.
 //
 // # Agents
 //
