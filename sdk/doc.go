@@ -51,15 +51,20 @@
 // repeat: reads have no effect, CancelSession of a terminal session answers
 // its state, and Send resends the identical envelope with the same
 // message_id, so a retry after a lost response is answered as a duplicate
-// instead of acting twice. Rejections (ack.ok false) are never retried.
+// instead of acting twice. SuspendSession and ResumeSession never act
+// twice either, but a retry after a lost response that had succeeded is
+// answered SESSION_NOT_OPEN (the session is already SUSPENDED, or OPEN
+// again): on that code after a retry, GetSession tells which. Rejections
+// (ack.ok false) are never retried.
 //
 // # Streams
 //
 // [Client.WatchSessions] and [Client.WatchSignals] return iterators. Each
 // range opens one server stream and closes it when the loop ends; a failure
 // is yielded once as the error, after which iteration stops. Ending ctx ends
-// the iteration without an error. WatchSessions first reports every OPEN
-// session the caller may see as CREATED, then lifecycle events as they
+// the iteration without an error. WatchSessions first reports every OPEN or
+// SUSPENDED session the caller may see as CREATED, then lifecycle events
+// (CREATED, RESOLVED, EXPIRED, SUSPENDED, RESUMED, CANCELLED) as they
 // become durable; signals have no backlog.
 //
 // [Client.Subscribe] follows one session's accepted history: everything
