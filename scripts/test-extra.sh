@@ -29,10 +29,12 @@ go test -count=1 -run '^TestNeverReading|^TestStalledSSE' -v ./internal/server .
 echo "--- snapshot golden ids under GOARCH=386"
 GODEBUG=asyncpreemptoff=1 GOARCH=386 CGO_ENABLED=0 go test -count=1 -exec qemu-i386 ./internal/snapshot/...
 
-# The SDK projection/runtime agreement property at its full count (10,000
-# random histories per mode); under -race it runs with fewer.
-echo "--- SDK projection property, full count"
-go test -count=1 -run TestProjectionAgreesWithRuntime -v ./sdk | grep -E '^(---|ok|FAIL|PASS)|histories'
+# The SDK projection/runtime agreement properties at their full count
+# (10,000 random histories per mode and per profile, with suspend, resume
+# and cancel; 10,000 random Decision policies and histories for the newest
+# rules); make test runs them with -short, under -race they run with fewer.
+echo "--- SDK projection properties, full count"
+go test -count=1 -run 'TestProjectionAgreesWithRuntime|TestDecisionRulesAgreeWithRuntime' -v ./sdk | grep -E '^(---|ok|FAIL|PASS)|histories'
 
 # The image builder is its own module (deploy/image/go.mod): go test ./...
 # at the root does not reach it.

@@ -90,10 +90,11 @@ type Agent struct {
 	any       Handler
 	onError   func(m *Message, err error) error
 
-	mu      sync.Mutex
-	stopped bool
-	stop    context.CancelFunc
-	last    uint64
+	mu        sync.Mutex
+	stopped   bool
+	stop      context.CancelFunc
+	last      uint64
+	suspended bool
 }
 
 // AgentOption configures [NewAgent].
@@ -130,8 +131,9 @@ func NewAgent(t Transport, sessionID string, opts ...AgentOption) *Agent {
 	return a
 }
 
-// Handle registers h for messageType (SessionStart, Commitment and
-// SessionCancel included), replacing any earlier handler for it.
+// Handle registers h for messageType (SessionStart, Commitment and the
+// runtime's SessionCancel, SessionSuspend and SessionResume records
+// included), replacing any earlier handler for it.
 func (a *Agent) Handle(messageType string, h Handler) *Agent {
 	a.handlers[messageType] = h
 	return a
@@ -151,6 +153,17 @@ func (a *Agent) Last() uint64 {
 	return a.last
 }
 
+// Suspended reports whether the session is SUSPENDED as far as the agent
+// has followed its history: set when a SessionSuspend record is
+// delivered, cleared by the next SessionResume (RFC-MACP-0001 §7.5). While
+// it is set the runtime refuses every message of the session
+// (SESSION_NOT_OPEN); see the package documentation, "Agents".
+func (a *Agent) Suspended() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.suspended
+}
+
 // Stop shuts the agent down gracefully: a handler in progress finishes
 // (its context stays valid) and Run then returns nil. Safe to call from
 // any goroutine, also from a handler, and more than once.
@@ -164,7 +177,9 @@ func (a *Agent) Stop() {
 }
 
 // Run follows the session until it ends and returns nil then (after the
-// handlers of its Commitment or SessionCancel ran), nil after [Agent.Stop],
+// handlers of its Commitment or SessionCancel ran); a suspension does not
+// end it: the SessionSuspend and SessionResume records are dispatched like
+// any envelope and Run goes on waiting, nil after [Agent.Stop],
 // ctx's error when ctx ends, the first handler error (wrapped with the
 // message's sequence number and type; errors.Is and errors.As see through
 // it) unless an error hook decides otherwise, and a subscription failure
@@ -205,6 +220,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			if err := a.proj.Apply(ev.Envelope); err != nil {
 				return fmt.Errorf("sdk: agent: projection at seq %d: %w", ev.Seq, err)
 			}
+		}
+		if t := ev.Envelope.GetMessageType(); t == TypeSessionSuspend || t == TypeSessionResume {
+			a.mu.Lock()
+			a.suspended = t == TypeSessionSuspend
+			a.mu.Unlock()
 		}
 		m := &Message{Seq: ev.Seq, Envelope: ev.Envelope, agent: a}
 		if err := a.dispatch(ctx, m); err != nil {

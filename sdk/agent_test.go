@@ -11,6 +11,7 @@ import (
 
 	quorumv1 "github.com/macpd/macpd/gen/macp/modes/quorum/v1"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/sdk"
 )
 
@@ -229,5 +230,73 @@ func TestAgentQuorumOverGRPCWithResume(t *testing.T) {
 	}
 	if px.severs.Load() == 0 {
 		t.Fatal("the proxy never severed")
+	}
+}
+
+// An agent keeps running through a suspension (profile latest): the
+// SessionSuspend and SessionResume records reach their handlers,
+// Suspended() reports the state, a reply while SUSPENDED is refused with
+// SESSION_NOT_OPEN, the agent answers after the resume, and a cancel ends
+// Run with nil, the projection CANCELLED.
+func TestAgentThroughSuspension(t *testing.T) {
+	a := startApp(t, func(c *config.Config) { c.Profile = "latest" })
+	ctx := ctxLong(t)
+	coord := dial(t, a.Addr(), "coord")
+	q := coord.Quorum("")
+	mustOK(t, "start")(q.Start(ctx, "deploy", []string{"v1", "v2"}, time.Minute))
+
+	v1 := dial(t, a.Addr(), "v1")
+	proj := sdk.NewQuorumProjection()
+	proj.Profile = sdk.ProfileLatest
+	ag := sdk.NewAgent(v1, q.ID, sdk.WithSelf("v1"), sdk.WithProjection(proj))
+	suspended, resumed, approved := make(chan error, 1), make(chan bool, 1), make(chan error, 1)
+	ag.Handle(sdk.TypeSessionSuspend, func(ctx context.Context, m *sdk.Message) error {
+		if !ag.Suspended() || proj.State() != macpv1.SessionState_SESSION_STATE_SUSPENDED {
+			suspended <- errors.New("not suspended in the SessionSuspend handler")
+			return nil
+		}
+		_, err := m.Reply(ctx, sdk.TypeAbstain, &quorumv1.AbstainPayload{RequestId: "r1"})
+		suspended <- err
+		return nil
+	}).Handle(sdk.TypeSessionResume, func(context.Context, *sdk.Message) error {
+		resumed <- !ag.Suspended() && proj.State() == macpv1.SessionState_SESSION_STATE_OPEN
+		return nil
+	}).Handle(sdk.TypeApprovalRequest, func(ctx context.Context, m *sdk.Message) error {
+		_, err := m.Reply(ctx, sdk.TypeApprove, &quorumv1.ApprovePayload{RequestId: "r1"})
+		approved <- err
+		return err
+	})
+	done := make(chan error, 1)
+	go func() { done <- ag.Run(ctx) }()
+
+	mustOK(t, "suspend")(q.Suspend(ctx, "change freeze"))
+	select {
+	case err := <-suspended:
+		if sdk.CodeOf(err) != sdk.CodeSessionNotOpen {
+			t.Fatalf("a reply while suspended: %v, want SESSION_NOT_OPEN", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the SessionSuspend handler never ran")
+	}
+	mustOK(t, "resume")(q.Resume(ctx, "freeze over"))
+	if ok := <-resumed; !ok {
+		t.Fatal("still suspended in the SessionResume handler")
+	}
+	mustOK(t, "request")(q.RequestApproval(ctx, "r1", "deploy", "", 2))
+	if err := <-approved; err != nil {
+		t.Fatalf("approve after resume: %v", err)
+	}
+	ack := mustOK(t, "cancel")(q.Cancel(ctx, "superseded"))
+	if ack.SessionState != macpv1.SessionState_SESSION_STATE_CANCELLED {
+		t.Fatalf("cancel ack %s", ack.SessionState)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if ag.Suspended() || proj.State() != macpv1.SessionState_SESSION_STATE_CANCELLED {
+		t.Fatalf("after the cancel: suspended %v, state %s", ag.Suspended(), proj.State())
+	}
+	if a, _, _ := proj.Counts(); a != 1 {
+		t.Fatalf("approvals %d", a)
 	}
 }

@@ -204,8 +204,10 @@ func (c *Client) GetSession(ctx context.Context, sessionID string) (*macpv1.Sess
 	return resp.GetMetadata(), nil
 }
 
-// CancelSession ends an OPEN session as EXPIRED (initiator only); a session
-// that is already terminal is answered ok with its state.
+// CancelSession ends an OPEN or SUSPENDED session (initiator only): as
+// CANCELLED when the session is bound to profile 2026-09 (latest), as
+// EXPIRED under 2026-04. A session that is already terminal is answered
+// ok with its state; the Ack's session_state is the state reached.
 func (c *Client) CancelSession(ctx context.Context, sessionID, reason string) (*macpv1.Ack, error) {
 	var resp *macpv1.CancelSessionResponse
 	err := c.unary(ctx, func(ctx context.Context) (err error) {
@@ -221,7 +223,8 @@ func (c *Client) CancelSession(ctx context.Context, sessionID, reason string) (*
 	return resp.Ack, ackError(resp.Ack)
 }
 
-// ListSessions returns the metadata of the sessions the caller may see.
+// ListSessions returns the metadata of the sessions the caller may see, in
+// one page (see [Client.ListSessionsPage] for pagination).
 func (c *Client) ListSessions(ctx context.Context) ([]*macpv1.SessionMetadata, error) {
 	var resp *macpv1.ListSessionsResponse
 	err := c.unary(ctx, func(ctx context.Context) (err error) {
@@ -262,8 +265,8 @@ func (c *Client) GetManifest(ctx context.Context, agentID string) (*macpv1.Agent
 }
 
 // WatchSessions streams session lifecycle events: first a CREATED event per
-// OPEN session the caller may see, then CREATED, RESOLVED and EXPIRED events
-// as they happen.
+// OPEN or SUSPENDED session the caller may see, then CREATED, RESOLVED,
+// EXPIRED, SUSPENDED, RESUMED and CANCELLED events as they happen.
 func (c *Client) WatchSessions(ctx context.Context) iter.Seq2[*macpv1.SessionLifecycleEvent, error] {
 	return watch(ctx, func(ctx context.Context) (grpc.ServerStreamingClient[macpv1.WatchSessionsResponse], error) {
 		return c.rpc.WatchSessions(ctx, &macpv1.WatchSessionsRequest{})

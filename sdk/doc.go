@@ -51,15 +51,20 @@
 // repeat: reads have no effect, CancelSession of a terminal session answers
 // its state, and Send resends the identical envelope with the same
 // message_id, so a retry after a lost response is answered as a duplicate
-// instead of acting twice. Rejections (ack.ok false) are never retried.
+// instead of acting twice. SuspendSession and ResumeSession never act
+// twice either, but a retry after a lost response that had succeeded is
+// answered SESSION_NOT_OPEN (the session is already SUSPENDED, or OPEN
+// again): on that code after a retry, GetSession tells which. Rejections
+// (ack.ok false) are never retried.
 //
 // # Streams
 //
 // [Client.WatchSessions] and [Client.WatchSignals] return iterators. Each
 // range opens one server stream and closes it when the loop ends; a failure
 // is yielded once as the error, after which iteration stops. Ending ctx ends
-// the iteration without an error. WatchSessions first reports every OPEN
-// session the caller may see as CREATED, then lifecycle events as they
+// the iteration without an error. WatchSessions first reports every OPEN or
+// SUSPENDED session the caller may see as CREATED, then lifecycle events
+// (CREATED, RESOLVED, EXPIRED, SUSPENDED, RESUMED, CANCELLED) as they
 // become durable; signals have no backlog.
 //
 // [Client.Subscribe] follows one session's accepted history: everything
@@ -76,13 +81,44 @@
 // (RFC-MACP-0007), [Client.Proposal] (0008), [Client.Task] (0009),
 // [Client.Handoff] (0010), [Client.Quorum] (0011) and
 // [Client.MultiRound] (ext.multi_round.v1). Each embeds [Session], which
-// has Start, Commit, CommitOutcome, Cancel, Metadata and Subscribe, and adds
+// has Start, Commit, CommitOutcome, Suspend, Resume, Cancel, Metadata and
+// Subscribe, and adds
 // one method per message type of its mode (Propose, Vote, RequestApproval,
 // Approve, Offer, Accept, ...). The initiator calls Start; every other
 // participant makes its own helper for the same id with its own Client and
 // never calls Start. Commit fills the commitment's id and version binding
 // (mode_version, configuration_version, policy_version) from the session.
 // [Client.Session] serves extension modes.
+//
+// # Lifecycle and profiles
+//
+// The initiator controls the lifecycle (RFC-MACP-0001 §7.2-7.5):
+// Suspend moves an OPEN session to SUSPENDED (the runtime then refuses
+// every message of it with SESSION_NOT_OPEN and its TTL stops), Resume
+// moves it back to OPEN with the TTL it had left, and Cancel ends an OPEN
+// or SUSPENDED session. What a cancel ends as depends on the profile the
+// runtime bound the session to at SessionStart: CANCELLED under
+// [ProfileLatest] (2026-09), EXPIRED under [ProfileApril] (2026-04, macpd's
+// default). Each call's Ack carries the state reached. The profile is a
+// runtime setting (MACP_PROFILE) that nothing on the wire names per
+// session; [Client.Profile] reads the one the runtime announces for new
+// sessions. [Client.ListSessionsPage] lists sessions a page at a time.
+//
+// # Superseding a commitment
+//
+// A Commitment may name an accepted Commitment of another session that it
+// supersedes (CommitmentPayload.supersedes, RFC-MACP-0001 §7.3.1): the
+// session id and that commitment's canonical hash. [CommitmentHash]
+// computes the hash as RFC-MACP-0013 defines it (macp-commitment-hash/1:
+// SHA-256 over the label and the RFC 8785 serialization of the nine
+// payload fields; a test checks it against the spec's vectors and
+// macpd's own implementation). Pass [Supersedes] (the prior payload),
+// [SupersedesSession] (read from the prior session's history) or
+// [SupersedesHash] to Commit or CommitOutcome; [SessionView.CommitmentRef]
+// gives the reference to a projected session's Commitment. The runtime
+// checks the reference's shape only (under 2026-09 the hash must be
+// "sha256:" and 64 lowercase hex digits), never that it names a real
+// commitment.
 //
 // # Projections
 //
@@ -91,10 +127,28 @@
 // [HandoffProjection], [QuorumProjection], [MultiRoundProjection]. Feed one
 // the events of a subscription from sequence 0, or a stored history. Each
 // has Eligible(), which says which Commitment outcomes the mode's base
-// rules allow now; a test checks projections against the runtime's own
-// mode logic on 10,000 random histories per mode. Projections do not
-// re-validate their input, and a session bound to a policy other than
-// policy.default may be stricter than Eligible; the runtime's Ack decides.
+// rules allow now (none while the session is SUSPENDED or after it ended),
+// and the [SessionView] of every projection has State(): OPEN, SUSPENDED
+// between the runtime's SessionSuspend and SessionResume records,
+// RESOLVED, and after a SessionCancel record CANCELLED or EXPIRED by the
+// view's Profile, which the caller sets before folding (the history does
+// not carry it; "" is 2026-04). [DecisionProjection.CanPropose] follows
+// the profile too (an initiator who is not a declared participant may
+// propose under 2026-04 only). A test checks projections against the
+// runtime's own session and mode logic on 10,000 random histories per
+// mode and per profile, with suspend, resume and cancel calls among the
+// messages. For a Decision session bound to another policy,
+// [ParseDecisionRules] reads its rules and [DecisionProjection.EligibleUnder]
+// applies the newest Decision rules (RFC-MACP-0007 §6.2, RFC-MACP-0012
+// §4.1: vetoes and their actions, require_vote_quorum, the voting
+// algorithms on the decisive tally, the decline guard), which the runtime
+// uses for sessions of profile 2026-09 and for every session bound to a
+// schema_version 2 or 3 policy; a test checks them against the runtime on
+// 10,000 random policies and histories. The April rules (2026-04 with a
+// schema_version 1 policy) are not modelled ([ErrAprilDecisionRules]), nor
+// are other modes' policy rules, so there Eligible may be more permissive
+// than the runtime. Projections do not re-validate their input; the
+// runtime's Ack decides.
 //
 // # Agents
 //
@@ -104,7 +158,20 @@
 // accepted envelope's message type, in history order. A handler replies
 // with [Message.Reply] or any session helper. Run returns when the session
 // ends, on [Agent.Stop] (graceful: the handler in progress finishes), or on
-// a handler error. Agents reach the runtime through the [Transport]
+// a handler error.
+//
+// Suspension is reported, not hidden: an agent keeps running while its
+// session is SUSPENDED, dispatches the runtime's SessionSuspend and
+// SessionResume records to the handlers registered for
+// [TypeSessionSuspend] and [TypeSessionResume] like any envelope, and
+// [Agent.Suspended] says whether the last such record was a suspension.
+// The agent does not hold back or queue anything: while the session is
+// SUSPENDED no other envelope is accepted, so none is delivered, and a
+// handler that sends anyway (say, from a SessionSuspend handler, or
+// because it raced the suspension) gets SESSION_NOT_OPEN, which it may
+// ignore or act on. Pausing is the application's choice: a handler that
+// must not act during a suspension checks Suspended (or its projection's
+// State) first. Agents reach the runtime through the [Transport]
 // interface (Send and Follow); [*Client] implements it over gRPC, and any
 // other binding that implements the two methods with the same resume
 // guarantee runs the same agents.

@@ -67,13 +67,62 @@ type SessionView struct {
 	// CommitmentSender sent it.
 	CommitmentSender string
 	// Cancelled is set by the runtime's SessionCancel record (the session
-	// EXPIRED by cancellation); CancelReason is its reason.
+	// ended by cancellation: CANCELLED or EXPIRED by profile, see State);
+	// CancelReason is its reason.
 	Cancelled    bool
 	CancelReason string
 	// Suspended is set by the runtime's SessionSuspend record and cleared
 	// by its SessionResume record (RFC-MACP-0001 §7.5): while it is set the
 	// runtime accepts no message of the session.
 	Suspended bool
+	// Profile is the profile the session is bound to ([ProfileApril] or
+	// [ProfileLatest]; "" is ProfileApril). The history does not carry
+	// it: set it before folding, from [Client.Profile] of the runtime that
+	// started the session. It decides what a cancellation ends as (see
+	// State) and the profile-dependent rules of the modes
+	// ([DecisionProjection.CanPropose]).
+	Profile string
+}
+
+// Latest reports whether Profile is the 2026-09 (latest) profile.
+func (v *SessionView) Latest() bool {
+	p, _ := ResolveProfile(v.Profile)
+	return p == ProfileLatest
+}
+
+// State is the session's state as its history shows it: UNSPECIFIED
+// before the SessionStart, then OPEN, SUSPENDED between a SessionSuspend
+// and the next SessionResume, RESOLVED after the Commitment, and after a
+// SessionCancel CANCELLED under profile 2026-09 or EXPIRED under 2026-04.
+// A TTL expiry appends no envelope: a projection of an OPEN history whose
+// deadline passed still says OPEN (GetSession knows better).
+func (v *SessionView) State() macpv1.SessionState {
+	switch {
+	case !v.Started():
+		return macpv1.SessionState_SESSION_STATE_UNSPECIFIED
+	case v.Resolved():
+		return macpv1.SessionState_SESSION_STATE_RESOLVED
+	case v.Cancelled && v.Latest():
+		return macpv1.SessionState_SESSION_STATE_CANCELLED
+	case v.Cancelled:
+		return macpv1.SessionState_SESSION_STATE_EXPIRED
+	case v.Suspended:
+		return macpv1.SessionState_SESSION_STATE_SUSPENDED
+	}
+	return macpv1.SessionState_SESSION_STATE_OPEN
+}
+
+// Accepting reports whether the runtime accepts session messages now, as
+// far as the history shows: started, not SUSPENDED, not ended.
+func (v *SessionView) Accepting() bool { return v.Started() && !v.Suspended && !v.Ended() }
+
+// CommitmentRef returns the reference that supersedes the Commitment that
+// resolved this session (see [Supersedes]); nil before it resolved.
+func (v *SessionView) CommitmentRef() (*macpv1.CommitmentRef, error) {
+	if v.Commitment == nil {
+		return nil, errors.New("sdk: the session is not resolved")
+	}
+	return CommitmentRefOf(v.SessionID, v.Commitment)
 }
 
 // Started reports whether the SessionStart was folded.

@@ -163,9 +163,21 @@ func (p *DecisionProjection) Leading() *DecisionProposal {
 }
 
 // Eligible reports which Commitment outcomes the mode's base rules allow
-// now: both once a proposal exists (RFC-MACP-0007 §5.5), neither after the
-// session ended.
+// now: both once a proposal exists (RFC-MACP-0007 §5.5), neither while
+// the session is SUSPENDED or after it ended.
 func (p *DecisionProjection) Eligible() (positive, negative bool) {
-	ok := !p.Ended() && len(p.Proposals) > 0
+	ok := p.Accepting() && len(p.Proposals) > 0
 	return ok, ok
+}
+
+// CanPropose reports whether sender may submit a Proposal now: while the
+// session accepts messages and before voting started, a declared
+// participant may; so may the initiator who is not one under profile
+// 2026-04 (macpd's reading of RFC-MACP-0007, decision C3), but not under
+// 2026-09, where only declared participants propose (§2.1).
+func (p *DecisionProjection) CanPropose(sender string) bool {
+	if !p.Accepting() || p.voted() {
+		return false
+	}
+	return p.IsParticipant(sender) || (sender == p.Initiator && !p.Latest())
 }

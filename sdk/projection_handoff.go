@@ -158,7 +158,7 @@ func (p *HandoffProjection) Phase() string {
 // (RFC-MACP-0010 §6): positive once an offer was accepted, negative when
 // the latest offer was declined.
 func (p *HandoffProjection) Eligible() (positive, negative bool) {
-	if p.Ended() {
+	if !p.Accepting() {
 		return false, false
 	}
 	ph := p.Phase()

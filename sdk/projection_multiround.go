@@ -84,6 +84,6 @@ func (p *MultiRoundProjection) Phase() string {
 // once converged.
 func (p *MultiRoundProjection) Eligible() (positive, negative bool) {
 	_, ok := p.Converged()
-	ok = ok && !p.Ended()
+	ok = ok && p.Accepting()
 	return ok, ok
 }

@@ -11,8 +11,15 @@ package sdk_test
 //   - the projection's message count equals the session's sequence number;
 //   - it is resolved exactly when the session is, by the same Commitment;
 //   - before each well-formed Commitment from the initiator, the
-//     projection's Eligible() predicts whether the runtime accepts it.
-// RFC-MACP-0003 §4 (replay determinism), RFC-MACP-0007..0011 (mode rules).
+//     projection's Eligible() predicts whether the runtime accepts it;
+//   - suspend, resume and cancel calls (the runtime's Session.Suspend,
+//     Resume and Cancel, by the initiator or someone else) are accepted
+//     exactly when the projection's State() says they can be, and after
+//     each step State() equals the session's status.
+// Every mode runs under both profiles (2026-04: a cancel ends EXPIRED;
+// 2026-09: CANCELLED, and the newest Decision rules).
+// RFC-MACP-0003 §4 (replay determinism), RFC-MACP-0001 §7.2-7.5
+// (lifecycle), RFC-MACP-0007..0011 (mode rules).
 
 import (
 	"encoding/base64"
@@ -37,10 +44,11 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// propHistories is the number of random histories per mode: 10,000 (the
-// issue's bar), 1,000 by default under the race detector, where .ci/run
-// adds a full run without it.
-var propHistories = flag.Int("sdk.histories", 0, "random histories per mode in the projection agreement property (0: 10000, 1000 under -race)")
+// propHistories is the number of random histories per mode and profile:
+// 10,000 (the bar), 1,000 by default under the race detector,
+// where .ci/run adds a full run without it, and 300 with -short (make
+// test is time-bounded; make test-all runs the full count).
+var propHistories = flag.Int("sdk.histories", 0, "random histories per mode and profile in the projection agreement property (0: 10000, 1000 under -race, 300 with -short)")
 
 const (
 	propSID = "3f2b8c1e-9a4d-4f6b-8c2e-1d5a7b9c0e3f"
@@ -91,7 +99,8 @@ func (g *gen) sender() string { return g.pick("coord", "a", "b", "c", "a", "b", 
 func (g *gen) commitment() (env *macpv1.Envelope, positive, wellFormed bool) {
 	positive = g.chance(50)
 	c := &macpv1.CommitmentPayload{CommitmentId: "c" + strconv.Itoa(g.n), Action: "test.outcome", AuthorityScope: "s",
-		Reason: "r", ModeVersion: g.start.ModeVersion, ConfigurationVersion: g.start.ConfigurationVersion, OutcomePositive: positive}
+		Reason: "r", ModeVersion: g.start.ModeVersion, ConfigurationVersion: g.start.ConfigurationVersion, PolicyVersion: g.start.PolicyVersion,
+		OutcomePositive: positive}
 	sender := "coord"
 	wellFormed = true
 	if g.chance(10) {
@@ -118,31 +127,98 @@ func TestProjectionAgreesWithRuntime(t *testing.T) {
 	n := *propHistories
 	if n <= 0 {
 		n = 10000
-		if raceEnabled || testing.Short() { // the full count: make test-all (scripts/test-extra.sh)
+		switch {
+		case testing.Short(): // the full count: make test-all (scripts/test-extra.sh)
+			n = 300
+		case raceEnabled:
 			n = 1000
 		}
 	}
-	for _, mc := range modeCases() {
-		t.Run(mc.mode, func(t *testing.T) {
-			t.Parallel()
-			stats := runProperty(t, mc, n)
-			t.Logf("%s: %d histories: %d envelopes offered, %d accepted, %d resolved, %d commitment predictions (%d accepted)",
-				mc.mode, n, stats.offered, stats.accepted, stats.resolved, stats.predictions, stats.predictedOK)
-			// The generator must reach the interesting states, or the
-			// property proves little.
-			if stats.resolved < n/50 || stats.predictedOK == 0 || stats.predictions-stats.predictedOK == 0 {
-				t.Fatalf("generator coverage too low: %+v", stats)
-			}
-		})
+	for _, profile := range []string{sdk.ProfileApril, sdk.ProfileLatest} {
+		for _, mc := range modeCases() {
+			t.Run(profile+"/"+mc.mode, func(t *testing.T) {
+				t.Parallel()
+				stats := runProperty(t, mc, profile, n)
+				t.Logf("%s %s: %d histories: %d envelopes offered, %d accepted, %d resolved, %d commitment predictions (%d accepted), "+
+					"%d control calls (%d suspended, %d resumed, %d cancelled)",
+					profile, mc.mode, n, stats.offered, stats.accepted, stats.resolved, stats.predictions, stats.predictedOK,
+					stats.controls, stats.suspended, stats.resumed, stats.cancelled)
+				// The generator must reach the interesting states, or the
+				// property proves little.
+				if stats.resolved < n/50 || stats.predictedOK == 0 || stats.predictions-stats.predictedOK == 0 ||
+					stats.suspended < n/20 || stats.resumed < n/50 || stats.cancelled < n/50 || stats.suspendedCommit == 0 {
+					t.Fatalf("generator coverage too low: %+v", stats)
+				}
+			})
+		}
 	}
 }
 
-type propStats struct{ offered, accepted, resolved, predictions, predictedOK int }
+type propStats struct {
+	offered, accepted, resolved, predictions, predictedOK int
+	controls, suspended, resumed, cancelled               int
+	suspendedCommit                                       int // Commitments predicted while SUSPENDED
+}
 
-func runProperty(t *testing.T, mc modeCase, n int) propStats {
+// stateOf is the wire state of a session status (the numbers coincide).
+func stateOf(st session.Status) macpv1.SessionState { return macpv1.SessionState(st) }
+
+// control offers one suspend, resume or cancel call to s and checks the
+// outcome against what the projection's State() predicts; it returns the
+// accepted record, if any.
+func control(t *testing.T, g *gen, s *session.Session, v *sdk.SessionView, now int64, st *propStats) (*macpv1.Envelope, string) {
+	t.Helper()
+	caller := "coord"
+	if g.chance(15) {
+		caller = g.pick("a", "b", "mallory")
+	}
+	g.n++
+	id := "ctl" + strconv.Itoa(g.n)
+	state := v.State()
+	// Mostly the calls that change the state, some that cannot.
+	op := g.pick("suspend", "suspend", "suspend", "suspend", "suspend", "resume", "cancel")
+	if state == macpv1.SessionState_SESSION_STATE_SUSPENDED {
+		op = g.pick("resume", "resume", "resume", "resume", "resume", "resume", "suspend", "cancel")
+	}
+	var out session.Outcome
+	var want bool
+	switch op {
+	case "suspend":
+		out = s.Suspend(caller, "hold", id, now)
+		want = caller == "coord" && state == macpv1.SessionState_SESSION_STATE_OPEN
+	case "resume":
+		out = s.Resume(caller, "go on", id, now)
+		want = caller == "coord" && state == macpv1.SessionState_SESSION_STATE_SUSPENDED
+	default:
+		out = s.Cancel(caller, "stop", id, now)
+		want = caller == "coord" && (state == macpv1.SessionState_SESSION_STATE_OPEN || state == macpv1.SessionState_SESSION_STATE_SUSPENDED)
+	}
+	st.controls++
+	got := out.Err == nil && len(out.Records) == 1
+	if got != want {
+		return nil, fmt.Sprintf("%s by %s in projected state %s: projection predicts accepted=%v, runtime %v (%d records)", op, caller, state, want, out.Err, len(out.Records))
+	}
+	if !got {
+		return nil, ""
+	}
+	switch op {
+	case "suspend":
+		st.suspended++
+	case "resume":
+		st.resumed++
+	default:
+		st.cancelled++
+	}
+	return out.Records[0].Envelope, ""
+}
+
+func runProperty(t *testing.T, mc modeCase, profile string, n int) propStats {
 	modes := builtin.Modes()
-	deps := session.Deps{Modes: modes, Policies: policy.DefaultOnly{}, Limits: session.DefaultLimits()}
 	lim := session.DefaultLimits()
+	lim.Profile = profile
+	deps := session.Deps{Modes: modes, Policies: policy.DefaultOnly{}, Limits: lim}
+	// The same seed under both profiles: the same draws, so the differences
+	// are the profile's.
 	r := rand.New(rand.NewPCG(uint64(len(mc.mode)), 19))
 	var st propStats
 	for h := 0; h < n; {
@@ -163,12 +239,35 @@ func runProperty(t *testing.T, mc modeCase, n int) propStats {
 		}
 		h++
 		p := mc.newProj()
+		view := mc.view0(p)
+		view.Profile = profile
 		if err := p.Apply(rec.Envelope); err != nil {
 			t.Fatalf("history %d: SessionStart: %v", h, err)
 		}
 		var trace []traceStep
 		steps := 1 + r.IntN(40)
+		lifecycle := g.chance(50) // this history sees suspend, resume and cancel calls
+		if lifecycle {
+			steps += 10 // for the steps spent SUSPENDED
+		}
 		for i := 0; i < steps; i++ {
+			now := propT0 + int64(i)
+			if (lifecycle && g.chance(8)) || (view.Suspended && g.chance(25)) {
+				env, bad := control(t, g, s, view, now, &st)
+				if bad != "" {
+					t.Fatalf("history %d: %s\n%s", h, bad, joinLines(trace))
+				}
+				if env != nil {
+					trace = append(trace, traceStep{env, nil})
+					if err := p.Apply(env); err != nil {
+						t.Fatalf("history %d: Apply %s: %v\n%s", h, env.MessageType, err, joinLines(trace))
+					}
+				}
+				if got, want := view.State(), stateOf(s.Status); got != want {
+					t.Fatalf("history %d: projection state %s, session %s\n%s", h, got, want, joinLines(trace))
+				}
+				continue
+			}
 			var env *macpv1.Envelope
 			predict, positive := false, false
 			if g.chance(12) {
@@ -182,7 +281,10 @@ func runProperty(t *testing.T, mc modeCase, n int) propStats {
 			if predict {
 				wantPos, wantNeg = mc.eligible(p)
 			}
-			out := s.Step(env, propT0+int64(i), lim)
+			if predict && view.Suspended {
+				st.suspendedCommit++
+			}
+			out := s.Step(env, now, lim)
 			st.offered++
 			trace = append(trace, traceStep{env, out.Err})
 			if predict {
@@ -208,6 +310,9 @@ func runProperty(t *testing.T, mc modeCase, n int) propStats {
 			}
 		}
 		v := mc.view0(p)
+		if got, want := v.State(), stateOf(s.Status); got != want {
+			t.Fatalf("history %d: projection state %s, session %s\n%s", h, got, want, joinLines(trace))
+		}
 		if uint64(v.Messages) != s.Seq {
 			t.Fatalf("history %d: projection folded %d envelopes, session seq %d", h, v.Messages, s.Seq)
 		}
@@ -220,9 +325,16 @@ func runProperty(t *testing.T, mc modeCase, n int) propStats {
 		if v.Initiator != "coord" || v.PolicyVersion != sdk.DefaultPolicy || v.ModeVersion != mc.version {
 			t.Fatalf("history %d: session view %+v", h, v)
 		}
-		if d := subsetDiff("", normJSON(mc.view(p)), normJSON(s.ModeProjection())); d != "" {
+		pv := mc.view(p)
+		if v.Suspended || v.Cancelled {
+			// The mode's own view does not know the session's lifecycle:
+			// its "eligible" is the mode's alone, where the projection's
+			// says no Commitment is accepted now.
+			delete(pv, "eligible")
+		}
+		if d := subsetDiff("", normJSON(pv), normJSON(s.ModeProjection())); d != "" {
 			t.Fatalf("history %d: projection disagrees with the runtime at %s\nparticipants %v\n%s\nprojection %v\nruntime    %v",
-				h, d, parts, joinLines(trace), mc.view(p), s.ModeProjection())
+				h, d, parts, joinLines(trace), pv, s.ModeProjection())
 		}
 	}
 	return st

@@ -165,7 +165,7 @@ func (p *ProposalProjection) Phase() string {
 // positive once a live proposal converged, negative after a terminal
 // Reject (RFC-MACP-0008 §5.6).
 func (p *ProposalProjection) Eligible() (positive, negative bool) {
-	if p.Ended() {
+	if !p.Accepting() {
 		return false, false
 	}
 	return len(p.Converged()) > 0, p.TerminalRejected()

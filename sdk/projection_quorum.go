@@ -121,7 +121,7 @@ func (p *QuorumProjection) Phase() string {
 // (RFC-MACP-0011 §5 rule 4): positive once approvals reach the threshold,
 // negative once approvals plus the participants yet to vote cannot.
 func (p *QuorumProjection) Eligible() (positive, negative bool) {
-	if p.Ended() || p.Request == nil {
+	if !p.Accepting() || p.Request == nil {
 		return false, false
 	}
 	a, _, _ := p.Counts()

@@ -206,7 +206,7 @@ func (p *TaskProjection) Phase() string {
 // (RFC-MACP-0009 §5 rule 5): positive after a TaskComplete; negative after
 // a TaskComplete or TaskFail, or when nobody may still accept the task.
 func (p *TaskProjection) Eligible() (positive, negative bool) {
-	if p.Ended() || p.Request == nil {
+	if !p.Accepting() || p.Request == nil {
 		return false, false
 	}
 	if p.Report != nil {

@@ -95,13 +95,18 @@ func (s *Session) SendRaw(ctx context.Context, typ string, payload []byte) (*mac
 // Commit sends the terminal Commitment. c needs action, authority_scope,
 // reason and outcome_positive; an empty commitment_id gets a new id and
 // empty mode_version, configuration_version and policy_version get the
-// session's binding (from Start, or else from GetSession). c is not
-// modified.
-func (s *Session) Commit(ctx context.Context, c *macpv1.CommitmentPayload) (*macpv1.Ack, error) {
+// session's binding (from Start, or else from GetSession). opts then
+// adjust it ([Supersedes], ...). c is not modified.
+func (s *Session) Commit(ctx context.Context, c *macpv1.CommitmentPayload, opts ...CommitOption) (*macpv1.Ack, error) {
 	if c == nil {
 		c = &macpv1.CommitmentPayload{}
 	} else {
 		c = proto.CloneOf(c)
+	}
+	for _, o := range opts {
+		if err := o(ctx, c); err != nil {
+			return nil, err
+		}
 	}
 	if c.CommitmentId == "" {
 		c.CommitmentId = NewMessageID()
@@ -127,12 +132,14 @@ func (s *Session) Commit(ctx context.Context, c *macpv1.CommitmentPayload) (*mac
 }
 
 // CommitOutcome commits with the given action and outcome, authority scope
-// "session" and reason.
-func (s *Session) CommitOutcome(ctx context.Context, action string, positive bool, reason string) (*macpv1.Ack, error) {
-	return s.Commit(ctx, &macpv1.CommitmentPayload{Action: action, AuthorityScope: "session", Reason: reason, OutcomePositive: positive})
+// "session" and reason; opts as for Commit.
+func (s *Session) CommitOutcome(ctx context.Context, action string, positive bool, reason string, opts ...CommitOption) (*macpv1.Ack, error) {
+	return s.Commit(ctx, &macpv1.CommitmentPayload{Action: action, AuthorityScope: "session", Reason: reason, OutcomePositive: positive}, opts...)
 }
 
-// Cancel ends the session as EXPIRED (initiator only).
+// Cancel ends an OPEN or SUSPENDED session (initiator only): CANCELLED
+// under profile 2026-09 (latest), EXPIRED under 2026-04. The Ack's
+// session_state is the state reached.
 func (s *Session) Cancel(ctx context.Context, reason string) (*macpv1.Ack, error) {
 	return s.c.CancelSession(ctx, s.ID, reason)
 }

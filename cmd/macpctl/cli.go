@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 
@@ -34,8 +35,8 @@ func init() {
 		cmd("start", "[flags]", "start a session (SessionStart); prints the session id, then the ack (a refusal prints nothing on stdout)", (*cli).start),
 		cmd("send", "--session ID --type TYPE [--payload-json JSON | --payload-b64 B64] [flags]", "send one envelope and print its ack", (*cli).send),
 		cmd("get", "SESSION_ID", "print a session's metadata", (*cli).get),
-		cmd("list", "", "list the sessions the caller may see", (*cli).list),
-		cmd("cancel", "SESSION_ID [--reason TEXT]", "cancel a session (initiator only) and print the ack", (*cli).cancel),
+		cmd("list", "[--page-size N [--page-token TOKEN]]", "list the sessions the caller may see (all at once, or one page and its next_page_token)", (*cli).list),
+		cmd("cancel", "SESSION_ID [--reason TEXT]", "cancel an OPEN or SUSPENDED session (initiator only) and print the ack; its session_state is the state reached: CANCELLED under profile 2026-09, EXPIRED under 2026-04", (*cli).cancel),
 		cmd("watch", "sessions|signals [--count N]", "print one JSON line per lifecycle event or signal until interrupted", (*cli).watch),
 		cmd("modes", "", "list the runtime's modes", (*cli).modes),
 		cmd("manifest", "[AGENT_ID]", "print the runtime's (or an agent's) manifest", (*cli).manifest),
@@ -107,16 +108,30 @@ func (c *cli) start(args []string) error {
 	configVersion := c.FS.String("config-version", sdk.DefaultConfigurationVersion, "configuration_version to bind")
 	policyVersion := c.FS.String("policy-version", "", "policy_version to bind (default: policy.default)")
 	contextID := c.FS.String("context-id", "", "opaque context reference")
+	profile := c.FS.String("profile", "", "refuse to start unless the runtime binds new sessions to this profile: 2026-04, or latest (2026-09); the runtime's MACP_PROFILE decides, the client cannot choose")
 	if _, err := c.Parse(args, 0); err != nil {
 		return err
 	}
 	if *ttl <= 0 {
 		return clikit.Usagef("--ttl must be positive")
 	}
+	wantProfile, ok := sdk.ResolveProfile(*profile)
+	if !ok {
+		return clikit.Usagef("--profile %q: want 2026-04, 2026-09 or latest", *profile)
+	}
 	if *sid == "" {
 		*sid = sdk.NewSessionID()
 	}
 	return c.Call(func(ctx context.Context, cl *sdk.Client) error {
+		if *profile != "" {
+			got, err := cl.Profile(ctx)
+			if err != nil {
+				return err
+			}
+			if got != wantProfile {
+				return fmt.Errorf("the runtime binds new sessions to profile %s, not %s (its MACP_PROFILE); no session was started", got, wantProfile)
+			}
+		}
 		if *modeVersion == "" {
 			modes, err := cl.ListModes(ctx)
 			if err != nil {
@@ -258,27 +273,25 @@ func (c *cli) get(args []string) error {
 }
 
 func (c *cli) list(args []string) error {
+	pageSize := c.FS.Int("page-size", 0, "list at most N sessions and print the next page's token as next_page_token (0: every session, one page)")
+	pageToken := c.FS.String("page-token", "", "continue after the page whose next_page_token this is")
 	if _, err := c.Parse(args, 0); err != nil {
 		return err
 	}
+	if *pageSize < 0 || *pageSize > math.MaxInt32 {
+		return clikit.Usagef("--page-size must be between 0 and %d", math.MaxInt32)
+	}
 	return c.Call(func(ctx context.Context, cl *sdk.Client) error {
-		ss, err := cl.ListSessions(ctx)
+		ss, next, err := cl.ListSessionsPage(ctx, int32(*pageSize), *pageToken)
 		if err != nil {
 			return err
 		}
-		return c.print(&macpv1.ListSessionsResponse{Sessions: ss})
+		return c.print(&macpv1.ListSessionsResponse{Sessions: ss, NextPageToken: next})
 	})
 }
 
 func (c *cli) cancel(args []string) error {
-	reason := c.FS.String("reason", "", "why the session is cancelled")
-	pos, err := c.Parse(args, 1)
-	if err != nil {
-		return err
-	}
-	return c.Call(func(ctx context.Context, cl *sdk.Client) error {
-		return c.printAck(cl.CancelSession(ctx, pos[0], *reason))
-	})
+	return c.control(args, "why the session is cancelled", (*sdk.Client).CancelSession)
 }
 
 func (c *cli) modes(args []string) error {

@@ -14,8 +14,7 @@ import (
 	"github.com/macpd/macpd/internal/coord"
 )
 
-// profileRun drives sessions of one macpd run through the CLI and the
-// runtime's Suspend/Resume (macpctl has no suspend command).
+// profileRun drives sessions of one macpd run through the CLI.
 type profileRun struct {
 	t *testing.T
 	a *app.App
@@ -44,13 +43,10 @@ func (p profileRun) resolve(sid string) {
 
 func (p profileRun) control(op, sid string, want macpv1.SessionState) {
 	p.t.Helper()
-	f := p.a.Runtime().Suspend
-	if op == "resume" {
-		f = p.a.Runtime().Resume
-	}
-	ack, err := f(context.Background(), coord.Identity{Sender: "coord"}, sid, op)
-	if err != nil || !ack.GetOk() || ack.GetSessionState() != want {
-		p.t.Fatalf("%s %s: %v %v; want %s", op, sid, ack, err, want)
+	res := p.r.ok(op, sid, "--agent", "coord", "--reason", op)
+	m := obj(p.t, res.lines()[0])
+	if field(m, "ok") != true || field(m, "session_state") != want.String() {
+		p.t.Fatalf("%s %s: %s; want %s", op, sid, res.out, want)
 	}
 }
 
