@@ -194,11 +194,24 @@ func (o *owner) storedElsewhere(recs []session.Record) {
 // are answered (catchUp), on its own goroutine: the feed never waits for a
 // session. A catch-up that fails (the store unreachable for a moment) is
 // tried again until it succeeds or the runtime stops, so a copy never
-// stays behind waiting for the session's next record.
+// stays behind waiting for the session's next record. The goroutine is
+// tracked on the runtime's WaitGroup (Close waits for it) and its pauses
+// are timers of Options.Clock, ended early by Close.
 func (r *Runtime) catchUpLater(o *owner) {
+	if r.closing.Load() {
+		return
+	}
+	r.wg.Add(1)
 	go func() {
+		defer r.wg.Done()
 		for pause := 5 * time.Millisecond; ; pause = min(2*pause, time.Second) {
-			time.Sleep(pause)
+			t := r.opts.Clock.NewTimer(pause)
+			select {
+			case <-t.C():
+			case <-r.stop:
+				t.Stop()
+				return
+			}
 			if r.closing.Load() {
 				return
 			}

@@ -53,7 +53,10 @@
 // Goroutines: the committer and its completer, one relay per followed
 // session (it wakes the session's followers after each commit; it ends with
 // the last follower), the TTL timer loop, one short-lived worker per
-// fired deadline (Close waits for them), and one per subscriber stream
+// fired deadline (Close waits for them), with a shared store one
+// catch-up worker per session copy the cluster feed could not extend
+// (cluster.go; tracked, paced by Options.Clock, Close waits for it), and
+// one per subscriber stream
 // (owned by the transport). Lock order: owner.mu before Runtime.mu (a new
 // owner is locked before it is published in the map). Never hold an owner
 // lock while waiting for durability, except heal, which waits under it for
