@@ -19,7 +19,7 @@ func runtimeRates(cfg config.Config) runtime.RateLimits {
 // serverLimits are the transport limits of the gRPC binding.
 func serverLimits(cfg config.Config) server.Limits { return cfg.Limits.Transport }
 
-// streamBuffers are the bounds of stream buffers (runtime/streambudget.go).
+// streamBuffers are the bounds of stream buffers (internal/streambudget).
 func streamBuffers(cfg config.Config) runtime.StreamBudgetOptions {
 	stall := cfg.Limits.StreamStallTimeout
 	if stall == 0 {

@@ -13,6 +13,7 @@ import (
 	"github.com/macpd/macpd/internal/policy"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
+	"github.com/macpd/macpd/internal/streambudget"
 )
 
 // Options configure a Runtime. The zero value of each field selects its
@@ -66,7 +67,7 @@ type Options struct {
 	// limit, so that Send needs no per-call context of its own.
 	CommitTimeout time.Duration
 	// StreamBuffers bounds what streams hold for their clients
-	// (streambudget.go); zero fields take DefaultStreamBudget's values.
+	// (package streambudget); zero fields take streambudget.Default's values.
 	StreamBuffers StreamBudgetOptions
 	// Registry bounds registered extension modes and policies
 	// (registrylimits.go); zero fields take DefaultRegistryLimits' values.
@@ -135,7 +136,7 @@ type Runtime struct {
 	PolicyChanges *Hub[int64]
 
 	rates *senderRates // per-sender rate limits (ratelimit.go)
-	// streams is the budget of stream buffers (streambudget.go).
+	// streams is the budget of stream buffers (package streambudget).
 	streams *StreamBudget
 	// deadlines bounds commit waits (Options.CommitTimeout; deadline.go);
 	// nil without a timeout.
@@ -168,7 +169,7 @@ func New(st store.Store, modes *mode.Registry, policies policy.Lookup, opts Opti
 		Lifecycle:       NewLifecycleFeed(opts.SubscriberBuffer, opts.MaxWatchPending),
 		Registry:        NewHub[int64](16),
 		rates:           newSenderRates(opts),
-		streams:         NewStreamBudget(streamBudgetLogger(opts.StreamBuffers, opts.Logger), opts.Clock),
+		streams:         streambudget.New(streamBudgetLogger(opts.StreamBuffers, opts.Logger), opts.Clock),
 		metrics:         opts.Metrics,
 	}
 	if opts.Metrics != nil {
