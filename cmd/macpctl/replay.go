@@ -10,10 +10,10 @@ import (
 	"github.com/macpd/macpd/internal/clikit"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/replay/verify"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/snapshot"
 	"github.com/macpd/macpd/internal/store"
-	"github.com/macpd/macpd/internal/store/verify"
 )
 
 func init() {

@@ -10,11 +10,11 @@ import (
 	"github.com/macpd/macpd/internal/clikit"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/mode/builtin"
+	"github.com/macpd/macpd/internal/replay/verify"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/snapshot"
 	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/internal/store/pebblestore"
-	"github.com/macpd/macpd/internal/store/verify"
 	"github.com/macpd/macpd/sdk"
 )
 

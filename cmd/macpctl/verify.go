@@ -4,9 +4,9 @@ import (
 	"fmt"
 
 	"github.com/macpd/macpd/internal/mode/builtin"
+	"github.com/macpd/macpd/internal/replay/verify"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store/pebblestore"
-	"github.com/macpd/macpd/internal/store/verify"
 )
 
 func init() {

@@ -2,6 +2,7 @@ package app
 
 import (
 	"github.com/macpd/macpd/internal/config"
+	"github.com/macpd/macpd/internal/registry"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/server"
 )
@@ -35,8 +36,8 @@ func streamBuffers(cfg config.Config) runtime.StreamBudgetOptions {
 }
 
 // registryLimits bound registered extension modes and policies.
-func registryLimits(cfg config.Config) runtime.RegistryLimits {
-	return runtime.RegistryLimits{
+func registryLimits(cfg config.Config) registry.Limits {
+	return registry.Limits{
 		MaxExtModes:        cfg.Limits.MaxExtModes,
 		MaxPolicies:        cfg.Limits.MaxPolicies,
 		MaxDescriptorBytes: cfg.Limits.MaxDescriptorBytes,

@@ -14,10 +14,10 @@ import (
 	"github.com/macpd/macpd/internal/clock/clocktest"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode/decision"
+	"github.com/macpd/macpd/internal/replay/verify"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/internal/store/pebblestore"
-	"github.com/macpd/macpd/internal/store/verify"
 )
 
 // profileLimits are the admission limits of a runtime whose new sessions
