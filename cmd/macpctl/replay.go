@@ -147,7 +147,7 @@ func (c *cli) replay(args []string) error {
 }
 
 // replayOne verifies one session (hash chain, replay, stored summary:
-// internal/store/verify) and reports what the replay produced.
+// internal/replay/verify) and reports what the replay produced.
 func (c *cli) replayOne(st store.Store, modes session.Modes, lim session.Limits, id string, o snapshot.Options) replayJSON {
 	r := replayJSON{SessionID: id}
 	info, err := st.Info(c.Ctx, id)

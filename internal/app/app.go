@@ -1,6 +1,9 @@
-// Package app wires a Config into a running macpd: store, mode registry,
-// runtime, authentication, the gRPC server, the metrics registry and the
-// optional admin HTTP endpoint (internal/admin). cmd/macpd is a thin
+// Package app wires a Config into a running macpd: store, the mode and
+// policy registries (internal/registry: the lookups the runtime's core
+// resolves against, loaded before the runtime recovers, served by the
+// bindings and reloaded by the cluster feed), runtime, authentication, the
+// gRPC server, the metrics registry and the optional admin HTTP endpoint
+// (internal/admin). cmd/macpd is a thin
 // wrapper around it, and end-to-end tests start an App on 127.0.0.1:0.
 package app
 

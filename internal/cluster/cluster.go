@@ -8,7 +8,7 @@
 //     this node see envelopes accepted on other nodes; sessions started
 //     elsewhere become resident, so their TTL is armed here too);
 //   - a watch on the meta key-value bucket reloads the extension-mode and
-//     policy registries (runtime.ReloadRegistries) when any node changes
+//     policy registries (registry.Registry.Reload) when any node changes
 //     them, once when it starts, and again after a failed reload until one
 //     succeeds;
 //   - a core NATS subject carries "one active connection" notices

@@ -578,7 +578,7 @@ const tsFmt = "15:04:05.000000"
 // checks the store against what the server served: the same sessions,
 // records numbered 1..N with a SessionStart first, the same envelopes in
 // the same order, the chain intact (Read checks it), nothing quarantined.
-// Then it runs what "macpctl verify --data-dir" runs (internal/store/verify:
+// Then it runs what "macpctl verify --data-dir" runs (internal/replay/verify:
 // chain check and full replay of every session against the stored status,
 // final metadata and summary) and returns its counts.
 func checkOffline(f *findings, dir string, views map[string]*sessionView) (verified, failed int) {

@@ -22,7 +22,7 @@ import (
 // affect started sessions or replay (§6.1, §8).
 //
 // Registrations are stored durably in the store's meta space before they
-// are acknowledged (like extension modes) and restored at Start.
+// are acknowledged (like extension modes) and restored by Load.
 // Unregistered policies stay stored as retired: an id is immutable (§2.3),
 // so it can be registered again only with the same mode, schema_version
 // and rules.

@@ -37,6 +37,16 @@
 // Options.Clock (package clock; the wall clock unless a test injects
 // clocktest.Fake).
 //
+// What the runtime does not own: the registries of extension modes and
+// policies (package registry; New takes only the lookups the core
+// resolves a SessionStart against, session.Modes and policy.Lookup, and
+// replays with the modes' ReplayModes when they offer it, ReplayModer),
+// which must be loaded before Start recovers sessions; the fold of stored
+// records through the core (package replay: recovery, heal, the cluster
+// feed's adoption); the accounting of stream buffers (package
+// streambudget, re-exported as StreamBudget, StreamWindow, StreamCost);
+// and the fan-out hubs (package hub, re-exported as Hub).
+//
 // Reads (GetSession, ListSessions) show only durable state: a read that
 // finds records still in flight waits for them. So do answers that write
 // nothing but were decided on that state (a duplicate, a rejection, an

@@ -112,7 +112,7 @@ func countRecKind(recs []session.Record, k session.Kind) int {
 // latest session suspended across the restart is expired by its
 // suspension cap exactly once, at the first instant past the cap; the
 // resumed session expires at its moved deadline, not the original one;
-// and internal/store/verify (macpctl verify) verifies every session.
+// and internal/replay/verify (macpctl verify) verifies every session.
 func TestRestartSessionsOfBothProfiles(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "data")
