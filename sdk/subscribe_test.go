@@ -20,6 +20,7 @@ import (
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/registry"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/server"
 	"github.com/macpd/macpd/internal/session"
@@ -415,6 +416,7 @@ func TestSubscribeMetadataNames(t *testing.T) {
 type restartable struct {
 	t    *testing.T
 	rt   *runtime.Runtime
+	reg  *registry.Registry
 	addr string
 	svc  *server.Service
 	g    *grpc.Server
@@ -422,11 +424,13 @@ type restartable struct {
 
 func newRestartable(t *testing.T) *restartable {
 	t.Helper()
-	rt := runtime.New(memstore.New(), builtin.Modes(), policy.DefaultOnly{}, runtime.Options{})
+	st := memstore.New()
+	reg := registry.New(st, builtin.Modes(), policy.DefaultOnly{}, registry.Options{})
+	rt := runtime.New(st, reg, reg, runtime.Options{})
 	if err := rt.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	r := &restartable{t: t, rt: rt, addr: "127.0.0.1:0"}
+	r := &restartable{t: t, rt: rt, reg: reg, addr: "127.0.0.1:0"}
 	r.start()
 	t.Cleanup(func() { r.g.Stop(); rt.Close() })
 	return r
@@ -434,7 +438,7 @@ func newRestartable(t *testing.T) *restartable {
 
 func (r *restartable) start() {
 	r.t.Helper()
-	r.svc = server.New(r.rt, auth.Chain{auth.Dev{}}, server.Options{StreamHeartbeat: 10 * time.Millisecond})
+	r.svc = server.New(r.rt, auth.Chain{auth.Dev{}}, server.Options{StreamHeartbeat: 10 * time.Millisecond, Registry: r.reg})
 	r.g, _ = r.svc.NewGRPCServer()
 	var lis net.Listener
 	var err error

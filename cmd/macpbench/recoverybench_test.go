@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/macpd/macpd/internal/mode/builtin"
+	"github.com/macpd/macpd/internal/replay/verify"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store/pebblestore"
-	"github.com/macpd/macpd/internal/store/verify"
 )
 
 // recovery gen writes a directory that verify accepts and replay

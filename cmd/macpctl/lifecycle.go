@@ -10,7 +10,7 @@ import (
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/clikit"
-	"github.com/macpd/macpd/internal/snapshot"
+	"github.com/macpd/macpd/internal/snapshot/snapshotio"
 	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/sdk"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -190,7 +190,7 @@ func (c *cli) storedCommitment(dir, sessionID string, seq uint64) (*macpv1.Envel
 		return nil, err
 	}
 	defer st.Close()
-	recs, err := snapshot.StoreSource{Store: st}.Records(c.Ctx, sessionID)
+	recs, err := snapshotio.StoreSource{Store: st}.Records(c.Ctx, sessionID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("SESSION_NOT_FOUND: session %s is not in %s", sessionID, dir)
 	}

@@ -10,10 +10,11 @@ import (
 	"github.com/macpd/macpd/internal/clikit"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/replay/verify"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/snapshot"
+	"github.com/macpd/macpd/internal/snapshot/snapshotio"
 	"github.com/macpd/macpd/internal/store"
-	"github.com/macpd/macpd/internal/store/verify"
 )
 
 func init() {
@@ -146,7 +147,7 @@ func (c *cli) replay(args []string) error {
 }
 
 // replayOne verifies one session (hash chain, replay, stored summary:
-// internal/store/verify) and reports what the replay produced.
+// internal/replay/verify) and reports what the replay produced.
 func (c *cli) replayOne(st store.Store, modes session.Modes, lim session.Limits, id string, o snapshot.Options) replayJSON {
 	r := replayJSON{SessionID: id}
 	info, err := st.Info(c.Ctx, id)
@@ -155,7 +156,7 @@ func (c *cli) replayOne(st store.Store, modes session.Modes, lim session.Limits,
 		return r
 	}
 	v := verify.Session(c.Ctx, st, info, modes, lim)
-	recs, err := snapshot.StoreSource{Store: st}.Records(c.Ctx, id)
+	recs, err := snapshotio.StoreSource{Store: st}.Records(c.Ctx, id)
 	if err != nil {
 		r.Error = err.Error()
 		return r
@@ -188,7 +189,7 @@ func (c *cli) replayOne(st store.Store, modes session.Modes, lim session.Limits,
 
 func (c *cli) whatIf(st store.Store, modes session.Modes, lim session.Limits, id string, rb snapshot.Rebind, o snapshot.Options) whatIfJSON {
 	w := whatIfJSON{SessionID: id}
-	recs, err := snapshot.StoreSource{Store: st}.Records(c.Ctx, id)
+	recs, err := snapshotio.StoreSource{Store: st}.Records(c.Ctx, id)
 	if err != nil {
 		w.Error = err.Error()
 		return w

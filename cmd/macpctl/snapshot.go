@@ -10,11 +10,12 @@ import (
 	"github.com/macpd/macpd/internal/clikit"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/mode/builtin"
+	"github.com/macpd/macpd/internal/replay/verify"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/snapshot"
+	"github.com/macpd/macpd/internal/snapshot/snapshotio"
 	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/internal/store/pebblestore"
-	"github.com/macpd/macpd/internal/store/verify"
 	"github.com/macpd/macpd/sdk"
 )
 
@@ -96,7 +97,7 @@ func (c *cli) snapshot(args []string) error {
 	} else {
 		err = c.Call(func(ctx context.Context, cl *sdk.Client) error {
 			var err error
-			in, o.Subsequent, err = snapshot.FromRuntime(ctx, cl.RPC(), pos[0], *decay)
+			in, o.Subsequent, err = snapshotio.FromRuntime(ctx, cl.RPC(), pos[0], *decay)
 			return err
 		})
 	}
@@ -127,7 +128,7 @@ func (c *cli) offlineInput(dir, sessionID string, decay int, v snapshot.Viewer) 
 		return snapshot.Input{}, nil, err
 	}
 	defer st.Close()
-	src := snapshot.StoreSource{Store: st}
+	src := snapshotio.StoreSource{Store: st}
 	recs, err := src.Records(c.Ctx, sessionID)
 	if errors.Is(err, store.ErrNotFound) {
 		return snapshot.Input{}, nil, fmt.Errorf("SESSION_NOT_FOUND: session %s is not in %s", sessionID, dir)

@@ -12,6 +12,7 @@ import (
 	"github.com/macpd/macpd/internal/bench/loadgen"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/snapshot"
+	"github.com/macpd/macpd/internal/snapshot/snapshotio"
 	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/internal/store/pebblestore"
 )
@@ -112,7 +113,7 @@ func TestSnapshotOnlineOfflineFilesReplay(t *testing.T) {
 		t.Error("an OPEN session got a snapshot file")
 	}
 	// The in-process service agrees.
-	svcRep, err := a.Snapshots().StateWindow(context.Background(), resolved, snapshot.Query{})
+	svcRep, err := a.Snapshots().StateWindow(context.Background(), resolved, snapshotio.Query{})
 	if err != nil || string(svcRep.Snapshot.StateSnapshotID) != id {
 		t.Fatalf("service: %v %s", err, svcRep.Snapshot.StateSnapshotID)
 	}

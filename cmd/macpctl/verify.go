@@ -4,9 +4,9 @@ import (
 	"fmt"
 
 	"github.com/macpd/macpd/internal/mode/builtin"
+	"github.com/macpd/macpd/internal/replay/verify"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store/pebblestore"
-	"github.com/macpd/macpd/internal/store/verify"
 )
 
 func init() {
@@ -24,7 +24,7 @@ type verifyFailed struct{ n int }
 func (e verifyFailed) Error() string { return fmt.Sprintf("%d session(s) failed verification", e.n) }
 
 // verify opens the data directory read-only and checks every session
-// (internal/store/verify): one line per session,
+// (internal/replay/verify): one line per session,
 //
 //	OK   <session id> <STATUS> <records> records sha256:<final session hash>
 //	FAIL <session id>: <why>

@@ -18,6 +18,7 @@ import (
 	decisionv1 "github.com/macpd/macpd/gen/macp/modes/decision/v1"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/snapshot"
+	"github.com/macpd/macpd/internal/snapshot/snapshotio"
 	"github.com/macpd/macpd/sdk"
 	"google.golang.org/protobuf/proto"
 )
@@ -213,7 +214,7 @@ func collect(t *testing.T, p *macpdProc) (ids map[string]string, texts []string)
 	ids = map[string]string{}
 	rpc := p.client(t, "coord").RPC()
 	for _, sid := range []string{detResolved, detCancelled, detExpired, detOpen} {
-		in, _, err := snapshot.FromRuntime(context.Background(), rpc, sid, 0)
+		in, _, err := snapshotio.FromRuntime(context.Background(), rpc, sid, 0)
 		if err != nil {
 			t.Fatalf("%s: %v", sid, err)
 		}

@@ -1,6 +1,9 @@
-// Package app wires a Config into a running macpd: store, mode registry,
-// runtime, authentication, the gRPC server, the metrics registry and the
-// optional admin HTTP endpoint (internal/admin). cmd/macpd is a thin
+// Package app wires a Config into a running macpd: store, the mode and
+// policy registries (internal/registry: the lookups the runtime's core
+// resolves against, loaded before the runtime recovers, served by the
+// bindings and reloaded by the cluster feed), runtime, authentication, the
+// gRPC server, the metrics registry and the optional admin HTTP endpoint
+// (internal/admin). cmd/macpd is a thin
 // wrapper around it, and end-to-end tests start an App on 127.0.0.1:0.
 package app
 
@@ -20,6 +23,7 @@ import (
 	"github.com/macpd/macpd/internal/httpapi"
 	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/registry"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/server"
 	"github.com/macpd/macpd/internal/session"
@@ -44,6 +48,7 @@ type App struct {
 	log    *slog.Logger
 	store  store.Store
 	rt     *runtime.Runtime
+	regs   *registry.Registry
 	svc    *server.Service
 	grpc   *grpc.Server
 	health *health.Server
@@ -129,12 +134,18 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 		MaxPayloadBytes: cfg.MaxPayloadBytes,
 		MaxStartSkewMs:  cfg.StartSkew.Milliseconds(),
 	}
-	rt := runtime.New(st, builtin.Modes(), policy.DefaultOnly{}, runtime.Options{
+	// The registries (extension modes, policies) are the lookups the
+	// runtime's core resolves against; the bindings and the cluster feed
+	// use them directly.
+	regs := registry.New(st, builtin.Modes(), policy.DefaultOnly{}, registry.Options{
+		Limits: registryLimits(cfg), // limits.go
+		Logger: log,
+	})
+	rt := runtime.New(st, regs, regs, runtime.Options{
 		Limits:                      lim,
 		MaxOpenSessionsPerInitiator: cfg.MaxOpenSessions,
-		Rates:                       runtimeRates(cfg),   // limits.go
-		StreamBuffers:               streamBuffers(cfg),  // limits.go
-		Registry:                    registryLimits(cfg), // limits.go
+		Rates:                       runtimeRates(cfg),  // limits.go
+		StreamBuffers:               streamBuffers(cfg), // limits.go
 		StrictRecovery:              cfg.StrictRecovery,
 		Retention:                   cfg.Retention,
 		EvictAfter:                  cfg.EvictAfter,
@@ -146,7 +157,7 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 	if err := cl.prepare(rt, cfg); err != nil {
 		return nil, err
 	}
-	a := &App{cfg: cfg, log: log, store: st, rt: rt, served: make(chan error, 1), metrics: reg, cl: cl}
+	a := &App{cfg: cfg, log: log, store: st, rt: rt, regs: regs, served: make(chan error, 1), metrics: reg, cl: cl}
 	var experimental map[string]string
 	if cfg.HTTP.Addr != "" { // protocol-mode resume (internal/httpapi) is served
 		experimental = httpapi.ResumeFeatures(cfg.Resume.ReplayWindow)
@@ -168,6 +179,7 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 		StreamHeartbeat: cfg.StreamHeartbeat,
 		Limits:          serverLimits(cfg), // limits.go
 		Logger:          log,
+		Registry:        regs,
 	})
 	// gRPC metrics outermost: grpc-go runs the interceptor set with
 	// grpc.UnaryInterceptor / grpc.StreamInterceptor before the chained
@@ -232,10 +244,13 @@ func endpointURI(cfg config.Config) string {
 
 // Start recovers state, binds the listener and serves in the background.
 func (a *App) Start(ctx context.Context) error {
+	if err := a.regs.Load(ctx); err != nil {
+		return err
+	}
 	if err := a.rt.Start(ctx); err != nil {
 		return err
 	}
-	if err := a.cl.start(ctx, a.rt, a.log); err != nil {
+	if err := a.cl.start(ctx, a.rt, a.regs, a.log); err != nil {
 		a.rt.Close()
 		return err
 	}
@@ -306,6 +321,9 @@ func (a *App) Metrics() *prometheus.Registry { return a.metrics }
 
 // Runtime exposes the runtime (tests, tools).
 func (a *App) Runtime() *runtime.Runtime { return a.rt }
+
+// Registry returns the App's mode and policy registries.
+func (a *App) Registry() *registry.Registry { return a.regs }
 
 // Service is the gRPC service (tests read its counters).
 func (a *App) Service() *server.Service { return a.svc }

@@ -11,6 +11,7 @@ import (
 	"github.com/macpd/macpd/internal/bus"
 	"github.com/macpd/macpd/internal/cluster"
 	"github.com/macpd/macpd/internal/config"
+	"github.com/macpd/macpd/internal/registry"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/store/natsstore"
 )
@@ -90,11 +91,11 @@ func (c *clusterState) prepare(rt *runtime.Runtime, cfg config.Config) error {
 }
 
 // start starts the feed after the runtime recovered.
-func (c *clusterState) start(ctx context.Context, rt *runtime.Runtime, log *slog.Logger) error {
+func (c *clusterState) start(ctx context.Context, rt *runtime.Runtime, regs *registry.Registry, log *slog.Logger) error {
 	if c.ns == nil {
 		return nil
 	}
-	node, err := cluster.Start(ctx, c.ns, rt, c.after, log)
+	node, err := cluster.Start(ctx, c.ns, rt, regs, c.after, log)
 	if err != nil {
 		return fmt.Errorf("following the shared store: %w", err)
 	}

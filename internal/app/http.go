@@ -30,6 +30,7 @@ type httpBinding struct {
 func newHTTP(cfg config.Config, rt *runtime.Runtime, authn auth.Authenticator, svc *server.Service, tlsCfg *tls.Config, a *App) *httpapi.Server {
 	l := cfg.Limits
 	return httpapi.New(rt, authn, httpapi.Options{
+		Registry: a.regs,
 		Manifest: func() *macpv1.AgentManifest {
 			resp, err := svc.GetManifest(context.Background(), &macpv1.GetManifestRequest{})
 			if err != nil {

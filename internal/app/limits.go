@@ -2,6 +2,7 @@ package app
 
 import (
 	"github.com/macpd/macpd/internal/config"
+	"github.com/macpd/macpd/internal/registry"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/server"
 )
@@ -19,7 +20,7 @@ func runtimeRates(cfg config.Config) runtime.RateLimits {
 // serverLimits are the transport limits of the gRPC binding.
 func serverLimits(cfg config.Config) server.Limits { return cfg.Limits.Transport }
 
-// streamBuffers are the bounds of stream buffers (runtime/streambudget.go).
+// streamBuffers are the bounds of stream buffers (internal/streambudget).
 func streamBuffers(cfg config.Config) runtime.StreamBudgetOptions {
 	stall := cfg.Limits.StreamStallTimeout
 	if stall == 0 {
@@ -35,8 +36,8 @@ func streamBuffers(cfg config.Config) runtime.StreamBudgetOptions {
 }
 
 // registryLimits bound registered extension modes and policies.
-func registryLimits(cfg config.Config) runtime.RegistryLimits {
-	return runtime.RegistryLimits{
+func registryLimits(cfg config.Config) registry.Limits {
+	return registry.Limits{
 		MaxExtModes:        cfg.Limits.MaxExtModes,
 		MaxPolicies:        cfg.Limits.MaxPolicies,
 		MaxDescriptorBytes: cfg.Limits.MaxDescriptorBytes,

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/snapshot"
+	"github.com/macpd/macpd/internal/snapshot/snapshotio"
 )
 
 // Issue 27 item 7: a cross_session_decay window lists only the later
@@ -83,7 +84,7 @@ func TestSnapshotDecayCandidatesPerCaller(t *testing.T) {
 			t.Fatalf("%s: subsequent %v, want %v", w.who, sub, w.want)
 		}
 		// The same caller over gRPC (macpctl snapshot's path) gets the same id.
-		in, subs, err := snapshot.FromRuntime(as(w.who), cl, first, 5)
+		in, subs, err := snapshotio.FromRuntime(as(w.who), cl, first, 5)
 		if err != nil {
 			t.Fatal(err)
 		}

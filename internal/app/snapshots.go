@@ -8,6 +8,7 @@ import (
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/snapshot"
+	"github.com/macpd/macpd/internal/snapshot/snapshotio"
 )
 
 // snapshots is the App's session snapshot wiring (docs/snapshots.md): the
@@ -18,8 +19,8 @@ import (
 // durable and Enqueue never blocks, so the acceptance path never waits
 // for a snapshot.
 type snapshots struct {
-	svc     *snapshot.Service
-	writer  *snapshot.Writer // nil without MACP_SNAPSHOT_DIR
+	svc     *snapshotio.Service
+	writer  *snapshotio.Writer // nil without MACP_SNAPSHOT_DIR
 	cancel  context.CancelFunc
 	done    chan struct{} // the writer's feed
 	idxDone chan struct{} // the decay index feed (feedIndex)
@@ -27,14 +28,14 @@ type snapshots struct {
 
 func (a *App) newSnapshots() error {
 	c := a.cfg.Snapshots
-	svc, err := snapshot.NewService(snapshot.StoreSource{Store: a.store, Durable: a.rt.LastSeq},
-		snapshot.ServiceOptions{EventSource: c.EventSource, ServerID: c.ServerID, Dir: c.Dir})
+	svc, err := snapshotio.NewService(snapshotio.StoreSource{Store: a.store, Durable: a.rt.LastSeq},
+		snapshotio.ServiceOptions{EventSource: c.EventSource, ServerID: c.ServerID, Dir: c.Dir})
 	if err != nil {
 		return err
 	}
 	a.snap = &snapshots{svc: svc}
 	if c.Dir != "" {
-		a.snap.writer = snapshot.NewWriter(svc, c.Dir, a.log)
+		a.snap.writer = snapshotio.NewWriter(svc, c.Dir, a.log)
 	}
 	return nil
 }
@@ -136,7 +137,7 @@ func (a *App) stopSnapshots() {
 
 // Snapshots is the snapshot service: reports and payloads of this
 // server's sessions, and its http.Handler for the HTTP binding.
-func (a *App) Snapshots() *snapshot.Service { return a.snap.svc }
+func (a *App) Snapshots() *snapshotio.Service { return a.snap.svc }
 
 // SnapshotAuthorize is the snapshot routes' authorization for the HTTP
 // binding: identify authenticates the request (the binding's own check,
@@ -146,20 +147,20 @@ func (a *App) Snapshots() *snapshot.Service { return a.snap.svc }
 // The caller's cross_session_decay windows list the sessions it may
 // observe, and each costs one unit of its rate limit (ChargeCall).
 // Mount it as a.Snapshots().Handler(a.SnapshotAuthorize(identify)).
-func (a *App) SnapshotAuthorize(identify func(*http.Request) (coord.Identity, error)) snapshot.Authorize {
-	return func(r *http.Request, sessionID string) (snapshot.Caller, error) {
+func (a *App) SnapshotAuthorize(identify func(*http.Request) (coord.Identity, error)) snapshotio.Authorize {
+	return func(r *http.Request, sessionID string) (snapshotio.Caller, error) {
 		id, err := identify(r)
 		if err != nil {
-			return snapshot.Caller{}, err
+			return snapshotio.Caller{}, err
 		}
 		known, allowed := a.rt.MayRead(r.Context(), id, sessionID)
 		switch {
 		case !known:
-			return snapshot.Caller{}, coord.Errorf(coord.CodeSessionNotFound, "session %s not found", sessionID)
+			return snapshotio.Caller{}, coord.Errorf(coord.CodeSessionNotFound, "session %s not found", sessionID)
 		case !allowed:
-			return snapshot.Caller{}, coord.Errorf(coord.CodeForbidden, "%s may not read session %s", id.Sender, sessionID)
+			return snapshotio.Caller{}, coord.Errorf(coord.CodeForbidden, "%s may not read session %s", id.Sender, sessionID)
 		}
-		return snapshot.Caller{
+		return snapshotio.Caller{
 			Viewer: snapshot.Viewer{Sender: id.Sender, Observer: id.Caps.IsObserver},
 			Charge: func() error {
 				if cerr := a.rt.ChargeCall(id); cerr != nil {

@@ -10,6 +10,7 @@ import (
 	decisionv1 "github.com/macpd/macpd/gen/macp/modes/decision/v1"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/snapshot"
+	"github.com/macpd/macpd/internal/snapshot/snapshotio"
 )
 
 // The snapshot routes as the HTTP binding serves them (dev identities:
@@ -51,7 +52,7 @@ func TestSnapshotRoutes(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("%d %s", code, rep)
 	}
-	in, _, err := snapshot.FromRuntime(as("alice"), c, sid, 0)
+	in, _, err := snapshotio.FromRuntime(as("alice"), c, sid, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

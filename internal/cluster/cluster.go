@@ -8,7 +8,7 @@
 //     this node see envelopes accepted on other nodes; sessions started
 //     elsewhere become resident, so their TTL is armed here too);
 //   - a watch on the meta key-value bucket reloads the extension-mode and
-//     policy registries (runtime.ReloadRegistries) when any node changes
+//     policy registries (registry.Registry.Reload) when any node changes
 //     them, once when it starts, and again after a failed reload until one
 //     succeeds;
 //   - a core NATS subject carries "one active connection" notices
@@ -34,6 +34,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/macpd/macpd/internal/registry"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/store/natsstore"
 )
@@ -61,9 +62,10 @@ func supersedeSubject(st *natsstore.Store) string {
 }
 
 // Start feeds rt with every message stored after stream sequence after
-// (natsstore.LastStreamSeq, taken before rt.Start) and with registry
+// (natsstore.LastStreamSeq, taken before rt.Start), and reg (the
+// registries rt resolves modes and policies through) with registry
 // changes.
-func Start(ctx context.Context, st *natsstore.Store, rt *runtime.Runtime, after uint64, log *slog.Logger) (*Node, error) {
+func Start(ctx context.Context, st *natsstore.Store, rt *runtime.Runtime, reg *registry.Registry, after uint64, log *slog.Logger) (*Node, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -134,17 +136,17 @@ func Start(ctx context.Context, st *natsstore.Store, rt *runtime.Runtime, after 
 	go func() {
 		defer n.wg.Done()
 		defer func() { _ = w.Stop() }()
-		watchRegistries(ctx, w.Updates(), rt, log)
+		watchRegistries(ctx, w.Updates(), reg, log)
 	}()
 	return n, nil
 }
 
-// watchRegistries reloads rt's registries on every update of the meta
-// bucket until updates closes or ctx ends.
-func watchRegistries(ctx context.Context, updates <-chan jetstream.KeyValueEntry, rt *runtime.Runtime, log *slog.Logger) {
+// watchRegistries reloads reg on every update of the meta bucket until
+// updates closes or ctx ends.
+func watchRegistries(ctx context.Context, updates <-chan jetstream.KeyValueEntry, reg *registry.Registry, log *slog.Logger) {
 	// Reload once now: a change made between the runtime's own load and
 	// the watch's start has no update of its own.
-	retry := reloadRetry(ctx, rt, log, true)
+	retry := reloadRetry(ctx, reg, log, true)
 	for {
 		select {
 		case e, ok := <-updates:
@@ -154,12 +156,12 @@ func watchRegistries(ctx context.Context, updates <-chan jetstream.KeyValueEntry
 			if e == nil {
 				continue
 			}
-			retry = reloadRetry(ctx, rt, log, true)
+			retry = reloadRetry(ctx, reg, log, true)
 		case <-retry:
 			// The last reload failed (the bucket may not have answered in
 			// time under load): try again, or the change is never seen
 			// here, since its update has been consumed.
-			retry = reloadRetry(ctx, rt, log, false)
+			retry = reloadRetry(ctx, reg, log, false)
 		case <-ctx.Done():
 			return
 		}
@@ -170,12 +172,12 @@ func watchRegistries(ctx context.Context, updates <-chan jetstream.KeyValueEntry
 // failed reload.
 var reloadBackoff = 250 * time.Millisecond
 
-// reloadRetry reloads rt's registries from the store; on failure it
+// reloadRetry reloads reg from the store; on failure it
 // returns a channel that fires when the reload should be tried again,
 // else nil (a nil channel never fires). first: the first attempt for a
 // change (a failure is logged once per change, not per retry).
-func reloadRetry(ctx context.Context, rt *runtime.Runtime, log *slog.Logger, first bool) <-chan time.Time {
-	err := rt.ReloadRegistries(ctx)
+func reloadRetry(ctx context.Context, reg *registry.Registry, log *slog.Logger, first bool) <-chan time.Time {
+	err := reg.Reload(ctx)
 	if err == nil || errors.Is(err, context.Canceled) {
 		return nil
 	}

@@ -161,11 +161,11 @@ func TestRegistriesShared(t *testing.T) {
 	e := newEnv(t, 3, 2)
 	admin := coord.Identity{Sender: "agent://admin", Caps: coord.Capabilities{CanManageModeRegistry: true}}
 	pd := &macpv1.PolicyDescriptor{PolicyId: "policy.cluster.shared", Mode: "macp.mode.decision.v1", Rules: `{"voting":{"algorithm":"majority"}}`, SchemaVersion: 1}
-	if cerr := e.node(0).Runtime().RegisterPolicy(admin, pd); cerr != nil {
+	if cerr := e.node(0).Registry().RegisterPolicy(admin, pd); cerr != nil {
 		t.Fatal(cerr)
 	}
 	waitPolicy(t, e, 1, pd.PolicyId, true)
-	if cerr := e.node(1).Runtime().UnregisterPolicy(admin, pd.PolicyId); cerr != nil {
+	if cerr := e.node(1).Registry().UnregisterPolicy(admin, pd.PolicyId); cerr != nil {
 		t.Fatal(cerr)
 	}
 	waitPolicy(t, e, 0, pd.PolicyId, false)
@@ -174,7 +174,7 @@ func TestRegistriesShared(t *testing.T) {
 func waitPolicy(t *testing.T, e *env, i int, id string, want bool) {
 	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if _, cerr := e.node(i).Runtime().GetPolicy(id); (cerr == nil) == want {
+		if _, cerr := e.node(i).Registry().GetPolicy(id); (cerr == nil) == want {
 			return
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/natstest"
 	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/registry"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/store/natsstore"
 	"github.com/macpd/macpd/internal/testutil"
@@ -36,7 +37,11 @@ func TestFixturesOnNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ns.Close() })
-	rt := runtime.New(ns, builtin.Modes(), policy.DefaultOnly{}, runtime.Options{})
+	reg := registry.New(ns, builtin.Modes(), policy.DefaultOnly{}, registry.Options{})
+	if err := reg.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rt := runtime.New(ns, reg, reg, runtime.Options{})
 	rt.EnableSharedStore()
 	after, err := ns.LastStreamSeq(context.Background())
 	if err != nil {
@@ -46,12 +51,12 @@ func TestFixturesOnNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(rt.Close)
-	node, err := cluster.Start(context.Background(), ns, rt, after, nil)
+	node, err := cluster.Start(context.Background(), ns, rt, reg, after, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(node.Stop)
-	target := inproc.Target{RT: rt}
+	target := inproc.Target{RT: rt, Reg: reg}
 	for _, f := range fixtures {
 		t.Run(f.Name, func(t *testing.T) {
 			t.Parallel()

@@ -13,6 +13,7 @@ import (
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/registry"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/internal/store/memstore"
@@ -44,13 +45,17 @@ type update struct{ jetstream.KeyValueEntry }
 // again. RFC-MACP-0012 §7.
 func TestRegistryReloadRetriedAfterFailure(t *testing.T) {
 	shared := memstore.New()
-	start := func(st store.Store) *runtime.Runtime {
-		rt := runtime.New(st, builtin.Modes(), policy.DefaultOnly{}, runtime.Options{})
+	start := func(st store.Store) *registry.Registry {
+		reg := registry.New(st, builtin.Modes(), policy.DefaultOnly{}, registry.Options{})
+		if err := reg.Load(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		rt := runtime.New(st, reg, reg, runtime.Options{})
 		if err := rt.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { rt.Close() })
-		return rt
+		return reg
 	}
 	other := start(shared) // the node that registers
 	flaky := &flakyMeta{Store: shared}

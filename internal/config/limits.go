@@ -95,7 +95,7 @@ func DefaultLimits() LimitsConfig {
 			MaxConnectionsPerPrefix64: 256,
 			FirstCallTimeout:          15 * time.Second,
 		},
-		// What one stream and all streams may hold (runtime/streambudget.go).
+		// What one stream and all streams may hold (internal/streambudget).
 		StreamBufferBytes:       1 << 20,
 		StreamBufferBudgetBytes: 256 << 20,
 		StreamStallTimeout:      30 * time.Second,

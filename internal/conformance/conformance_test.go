@@ -11,6 +11,7 @@ import (
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/registry"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store/memstore"
@@ -51,12 +52,14 @@ func runInProcess(t *testing.T, profile string, fixtures []*conformance.Fixture)
 	t.Helper()
 	limits := session.DefaultLimits()
 	limits.Profile = profile
-	rt := runtime.New(memstore.New(), builtin.Modes(), policy.DefaultOnly{}, runtime.Options{Limits: limits})
+	st := memstore.New()
+	reg := registry.New(st, builtin.Modes(), policy.DefaultOnly{}, registry.Options{})
+	rt := runtime.New(st, reg, reg, runtime.Options{Limits: limits})
 	if err := rt.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(rt.Close)
-	target := inproc.Target{RT: rt}
+	target := inproc.Target{RT: rt, Reg: reg}
 	for _, f := range fixtures {
 		t.Run(f.Name, func(t *testing.T) {
 			t.Parallel()

@@ -16,10 +16,10 @@ import (
 	"github.com/macpd/macpd/internal/bench/loadgen"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode/builtin"
+	"github.com/macpd/macpd/internal/replay/verify"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/internal/store/pebblestore"
-	"github.com/macpd/macpd/internal/store/verify"
 	"github.com/macpd/macpd/sdk"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -578,7 +578,7 @@ const tsFmt = "15:04:05.000000"
 // checks the store against what the server served: the same sessions,
 // records numbered 1..N with a SessionStart first, the same envelopes in
 // the same order, the chain intact (Read checks it), nothing quarantined.
-// Then it runs what "macpctl verify --data-dir" runs (internal/store/verify:
+// Then it runs what "macpctl verify --data-dir" runs (internal/replay/verify:
 // chain check and full replay of every session against the stored status,
 // final metadata and summary) and returns its counts.
 func checkOffline(f *findings, dir string, views map[string]*sessionView) (verified, failed int) {

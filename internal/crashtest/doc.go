@@ -12,7 +12,7 @@
 // agrees with its history, sessions left OPEN by a crash take more
 // envelopes after recovery, and after a last SIGKILL the store read
 // offline agrees with what the server served and passes what "macpctl
-// verify" runs (internal/store/verify: chain check and full replay).
+// verify" runs (internal/replay/verify: chain check and full replay).
 //
 // Profiles: the macpd incarnations alternate MACP_PROFILE on the one data
 // directory (unset = 2026-04, latest, 2026-04, 2026-09, ...). Every

@@ -226,7 +226,7 @@ func (s *Server) listModes(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, cerr)
 		return
 	}
-	WriteJSON(w, &macpv1.ListModesResponse{Modes: s.rt.Modes().Descriptors(mode.Standard)})
+	WriteJSON(w, &macpv1.ListModesResponse{Modes: s.opts.Registry.Modes().Descriptors(mode.Standard)})
 }
 
 func (s *Server) listPolicies(w http.ResponseWriter, r *http.Request) {
@@ -234,7 +234,7 @@ func (s *Server) listPolicies(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, cerr)
 		return
 	}
-	WriteJSON(w, &macpv1.ListPoliciesResponse{Descriptors: s.rt.Policies(r.URL.Query().Get("mode"))})
+	WriteJSON(w, &macpv1.ListPoliciesResponse{Descriptors: s.opts.Registry.Policies(r.URL.Query().Get("mode"))})
 }
 
 // manifest is the runtime's AgentManifest with this listener's endpoints

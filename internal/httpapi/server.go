@@ -13,6 +13,7 @@ import (
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/auth"
 	"github.com/macpd/macpd/internal/limits"
+	"github.com/macpd/macpd/internal/registry"
 	"github.com/macpd/macpd/internal/runtime"
 )
 
@@ -74,6 +75,9 @@ type Options struct {
 	// most (0 = the whole retained history); beyond it the answer is
 	// catchup: false and nothing missed is replayed (resume.go).
 	ReplayWindow int
+	// Registry serves the mode and policy lists; it must be the lookup the
+	// runtime was built with (runtime.New).
+	Registry *registry.Registry
 }
 
 func (o *Options) defaults() {

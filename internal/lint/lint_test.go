@@ -5,7 +5,10 @@ package lint
 // The pure-core rule (internal/session doc, internal/mode doc, RFC-MACP-0003
 // §2 / checklist DET-4): the core — internal/coord, internal/mode/...,
 // internal/cmthash (the RFC-MACP-0013 commitment hash),
-// internal/policy, internal/session — never reads the clock, does I/O,
+// internal/policy, internal/session, and the pure packages around it:
+// internal/replay (the fold of stored records through the core) and
+// internal/snapshot (payload, report, ids; its I/O is snapshot/snapshotio)
+// — never reads the clock, does I/O,
 // draws random numbers or starts goroutines. Time is an input; the shell
 // (internal/runtime) owns clocks, storage, networking and concurrency.
 //
@@ -34,7 +37,9 @@ var corePackages = []string{
 	"internal/coord",
 	"internal/mode/...",
 	"internal/policy",
+	"internal/replay",
 	"internal/session",
+	"internal/snapshot",
 }
 
 // exempt are test-support packages under the core trees. They import

@@ -3,15 +3,14 @@ package runtime
 import (
 	"context"
 	"errors"
-	"maps"
 	"math/rand/v2"
 	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/replay"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
-	"github.com/macpd/macpd/internal/store/modereg"
 )
 
 // Several nodes, one set of sessions (a shared store: natsstore; see
@@ -94,14 +93,7 @@ func (r *Runtime) ApplyStored(recs []session.Record) {
 		if recs[0].Seq != 1 {
 			return // not resident: loaded from the store when asked for
 		}
-		s, err := session.Restore(recs[0], replayModes{r})
-		if err == nil {
-			for _, rec := range recs[1:] {
-				if err = s.Apply(rec, r.opts.Limits); err != nil {
-					break
-				}
-			}
-		}
+		s, err := replay.Records(recs, r.replayOptions(0))
 		if err != nil {
 			r.log.Warn("session stored by another node does not replay here; loaded on demand", "session_id", id, "err", err)
 			return
@@ -194,11 +186,24 @@ func (o *owner) storedElsewhere(recs []session.Record) {
 // are answered (catchUp), on its own goroutine: the feed never waits for a
 // session. A catch-up that fails (the store unreachable for a moment) is
 // tried again until it succeeds or the runtime stops, so a copy never
-// stays behind waiting for the session's next record.
+// stays behind waiting for the session's next record. The goroutine is
+// tracked on the runtime's WaitGroup (Close waits for it) and its pauses
+// are timers of Options.Clock, ended early by Close.
 func (r *Runtime) catchUpLater(o *owner) {
+	if r.closing.Load() {
+		return
+	}
+	r.wg.Add(1)
 	go func() {
+		defer r.wg.Done()
 		for pause := 5 * time.Millisecond; ; pause = min(2*pause, time.Second) {
-			time.Sleep(pause)
+			t := r.opts.Clock.NewTimer(pause)
+			select {
+			case <-t.C():
+			case <-r.stop:
+				t.Stop()
+				return
+			}
 			if r.closing.Load() {
 				return
 			}
@@ -270,62 +275,6 @@ func (r *Runtime) followShared(ctx context.Context, o *owner, after uint64) *coo
 		r.log.Warn("catching up with the shared store before following failed", "session_id", o.id, "err", err)
 		return coord.Errorf(coord.CodeInternalError, "session %s is unavailable", o.id)
 	}
-	return nil
-}
-
-// ReloadRegistries reads the extension-mode and policy registrations from
-// the store again (another node changed them): registrations are added or
-// updated in place, and ones no longer active are dropped; built-in modes
-// and policies stay. Registry watchers are notified.
-func (r *Runtime) ReloadRegistries(ctx context.Context) error {
-	activeModes := make(map[string]bool)
-	if err := r.store.ListMeta(ctx, modereg.Prefix, func(_ string, val []byte) error {
-		if state, d, err := modereg.Decode(val); err == nil && state != modeRetired {
-			activeModes[d.Mode] = true
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	r.regMu.Lock()
-	err := r.loadModes(ctx)
-	if err == nil {
-		reg := r.modes.Load()
-		for _, id := range reg.IDs() {
-			if e, ok := reg.Lookup(id); ok && !e.BuiltIn && !activeModes[id] {
-				reg = reg.Without(id)
-			}
-		}
-		r.modes.Store(reg)
-	}
-	r.regMu.Unlock()
-	if err != nil {
-		return err
-	}
-	r.Registry.Publish(r.nowMs())
-
-	activePolicies := make(map[string]bool)
-	if err := r.store.ListMeta(ctx, policyStorePrefix, func(_ string, val []byte) error {
-		if state, e, err := decodePolicy(val); err == nil && state == policyActive {
-			activePolicies[e.desc.ID] = true
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	if err := r.loadPolicies(ctx); err != nil {
-		return err
-	}
-	r.polMu.Lock()
-	active := maps.Clone(*r.policies.active.Load())
-	for id := range active {
-		if !activePolicies[id] {
-			delete(active, id)
-		}
-	}
-	r.policies.active.Store(&active)
-	r.polMu.Unlock()
-	r.PolicyChanges.Publish(r.nowMs())
 	return nil
 }
 

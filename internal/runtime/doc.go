@@ -31,11 +31,23 @@
 // commit); commit.go the group committer; owner.go the per-session owner
 // and its rebuild; read.go the read path; timers.go the deadline heap and
 // TTL expiry; load.go loading, recovery and housekeeping; follow.go
-// followers. Every "now" and every timer a rule depends on (TTL expiry,
+// followers; cluster.go the shared store (cluster feed, catch-up);
+// streams.go and hubs.go the names re-exported from packages streambudget
+// and hub. Every "now" and every timer a rule depends on (TTL expiry,
 // overdue sessions at recovery, retention and eviction, the commit-wait
 // bound, the stream stall limit, the instant a stream opened) comes from
 // Options.Clock (package clock; the wall clock unless a test injects
 // clocktest.Fake).
+//
+// What the runtime does not own: the registries of extension modes and
+// policies (package registry; New takes only the lookups the core
+// resolves a SessionStart against, session.Modes and policy.Lookup, and
+// replays with the modes' ReplayModes when they offer it, ReplayModer),
+// which must be loaded before Start recovers sessions; the fold of stored
+// records through the core (package replay: recovery, heal, the cluster
+// feed's adoption); the accounting of stream buffers (package
+// streambudget, re-exported as StreamBudget, StreamWindow, StreamCost);
+// and the fan-out hubs (package hub, re-exported as Hub).
 //
 // Reads (GetSession, ListSessions) show only durable state: a read that
 // finds records still in flight waits for them. So do answers that write
@@ -53,7 +65,10 @@
 // Goroutines: the committer and its completer, one relay per followed
 // session (it wakes the session's followers after each commit; it ends with
 // the last follower), the TTL timer loop, one short-lived worker per
-// fired deadline (Close waits for them), and one per subscriber stream
+// fired deadline (Close waits for them), with a shared store one
+// catch-up worker per session copy the cluster feed could not extend
+// (cluster.go; tracked, paced by Options.Clock, Close waits for it), and
+// one per subscriber stream
 // (owned by the transport). Lock order: owner.mu before Runtime.mu (a new
 // owner is locked before it is published in the map). Never hold an owner
 // lock while waiting for durability, except heal, which waits under it for

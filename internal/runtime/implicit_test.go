@@ -17,8 +17,9 @@ import (
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/handoff"
 	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/registry"
+	"github.com/macpd/macpd/internal/replay/verify"
 	"github.com/macpd/macpd/internal/session"
-	"github.com/macpd/macpd/internal/store/verify"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -26,13 +27,14 @@ func TestHandoffImplicitAccept(t *testing.T) {
 	clk := clocktest.New()
 	st := newFaultStore()
 	modes := mode.NewRegistry(mode.Entry{Mode: handoff.NewWithOptions(handoff.Options{ImplicitAccept: true}), Kind: mode.Standard, BuiltIn: true})
-	r := New(st, modes, policy.DefaultOnly{}, Options{Clock: clk})
+	reg := registry.New(st, modes, policy.DefaultOnly{}, registry.Options{Clock: clk})
+	r := New(st, reg, reg, Options{Clock: clk})
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Close)
 	admin := coord.Identity{Sender: "admin", Caps: coord.Capabilities{CanManageModeRegistry: true}}
-	if err := r.RegisterPolicy(admin, &macpv1.PolicyDescriptor{PolicyId: "policy.handoff.implicit", Mode: handoff.ModeID, SchemaVersion: 1,
+	if err := reg.RegisterPolicy(admin, &macpv1.PolicyDescriptor{PolicyId: "policy.handoff.implicit", Mode: handoff.ModeID, SchemaVersion: 1,
 		Rules: `{"acceptance":{"implicit_accept_timeout_ms":1000}}`}); err != nil {
 		t.Fatal(err)
 	}

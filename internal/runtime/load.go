@@ -11,7 +11,6 @@ import (
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
-	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
 )
@@ -122,22 +121,8 @@ func (r *Runtime) adopt(s *session.Session) *owner {
 	return o
 }
 
-// replayModes resolves modes for replay: the registered ones, then modes
-// that were unregistered but still have stored sessions.
-type replayModes struct{ r *Runtime }
-
-func (m replayModes) Lookup(id string) (e mode.Entry, ok bool) {
-	if e, ok = m.r.modes.Load().Lookup(id); ok {
-		return e, true
-	}
-	m.r.regMu.Lock()
-	defer m.r.regMu.Unlock()
-	e, ok = m.r.retired[id]
-	return e, ok
-}
-
-// recover restores durable extension modes and registered policies, then
-// loads every OPEN session by replay. Terminal sessions stay on disk until
+// recover loads every OPEN session by replay (the registries, package
+// registry, restored their durable registrations before). Terminal sessions stay on disk until
 // asked for, and are not even listed: the store's ListOpen visits the OPEN
 // and quarantined sessions only, so boot grows with them, not with all
 // history. With StrictRecovery every stored session's summary is checked
@@ -146,12 +131,6 @@ func (m replayModes) Lookup(id string) (e mode.Entry, ok bool) {
 // already due) with an Expire record.
 func (r *Runtime) recover(ctx context.Context) error {
 	start := time.Now()
-	if err := r.loadModes(ctx); err != nil {
-		return fmt.Errorf("runtime: restoring extension modes: %w", err)
-	}
-	if err := r.loadPolicies(ctx); err != nil {
-		return fmt.Errorf("runtime: restoring registered policies: %w", err)
-	}
 	var open, terminal, quarantined int
 	var infos []store.SessionInfo
 	listing, what := r.store.ListOpen, "listing open sessions"

@@ -7,6 +7,8 @@ import (
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/registry"
 	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/internal/store/memstore"
 )
@@ -93,8 +95,22 @@ func TestExtModesAreDurable(t *testing.T) {
 	mem := memstore.New()
 	admin := coord.Identity{Sender: "admin", Caps: coord.Capabilities{CanManageModeRegistry: true}}
 	desc := &macpv1.ModeDescriptor{Mode: "ext.vote.v1", ModeVersion: "1.0.0", MessageTypes: []string{"Ballot"}}
-	r1 := newRT(t, mem, Options{})
-	if err := r1.RegisterExtMode(admin, desc); err != nil {
+	// The runtime resolves modes through the registry, which stores the
+	// registrations (package registry) and is loaded before each start.
+	newRTReg := func() (*Runtime, *registry.Registry) {
+		reg := registry.New(mem, testModes(), policy.DefaultOnly{}, registry.Options{})
+		if err := reg.Load(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		r := New(mem, reg, reg, Options{})
+		if err := r.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.Close)
+		return r, reg
+	}
+	r1, reg1 := newRTReg()
+	if err := reg1.RegisterExtMode(admin, desc); err != nil {
 		t.Fatal(err)
 	}
 	sid := newSID()
@@ -106,20 +122,20 @@ func TestExtModesAreDurable(t *testing.T) {
 	mustOK(t, r1, aliceID, ballot)
 	r1.Close()
 
-	r2 := newRT(t, mem, Options{})
-	if _, ok := r2.Modes().Lookup("ext.vote.v1"); !ok {
+	r2, reg2 := newRTReg()
+	if _, ok := reg2.Modes().Lookup("ext.vote.v1"); !ok {
 		t.Fatal("registration lost on restart")
 	}
 	if v := inspect(t, r2, sid); v.seq != 2 {
 		t.Fatalf("session of the extension mode after restart: %+v", v)
 	}
-	if err := r2.UnregisterExtMode(admin, "ext.vote.v1"); err != nil {
+	if err := reg2.UnregisterExtMode(admin, "ext.vote.v1"); err != nil {
 		t.Fatal(err)
 	}
 	r2.Close()
 
-	r3 := newRT(t, mem, Options{})
-	if _, ok := r3.Modes().Lookup("ext.vote.v1"); ok {
+	r3, reg3 := newRTReg()
+	if _, ok := reg3.Modes().Lookup("ext.vote.v1"); ok {
 		t.Fatal("unregistered mode came back")
 	}
 	if v := inspect(t, r3, sid); v.seq != 2 {
@@ -129,7 +145,7 @@ func TestExtModesAreDurable(t *testing.T) {
 	start2.Mode = "ext.vote.v1"
 	wantCode(t, r3.Send(context.Background(), initID, start2), coord.CodeModeNotSupported)
 	other := &macpv1.ModeDescriptor{Mode: "ext.vote.v1", ModeVersion: "2.0.0", MessageTypes: []string{"Ballot"}}
-	if err := r3.RegisterExtMode(admin, other); err == nil {
+	if err := reg3.RegisterExtMode(admin, other); err == nil {
 		t.Fatal("re-registered a retired name with another descriptor")
 	}
 }

@@ -19,7 +19,7 @@ import (
 //	macpd_sessions_resident{state}             gauge: sessions in memory, state "open" or "terminal"
 //	macpd_sessions_quarantined                 gauge: sessions refused for failed integrity checks or replay
 //	macpd_followers                            gauge: registered session followers (StreamSession readers)
-//	macpd_stream_buffer_bytes                  gauge: bytes all streams hold for their clients (streambudget.go)
+//	macpd_stream_buffer_bytes                  gauge: bytes all streams hold for their clients (package streambudget)
 //	macpd_stream_buffer_budget_bytes           gauge: the budget of macpd_stream_buffer_bytes
 //	macpd_stream_buffer_waits_total            counter: deliveries that waited for a stream's or the global bound
 //	macpd_streams_stalled_total                counter: streams ended because their client took nothing for the stall limit

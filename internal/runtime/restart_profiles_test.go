@@ -14,10 +14,10 @@ import (
 	"github.com/macpd/macpd/internal/clock/clocktest"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode/decision"
+	"github.com/macpd/macpd/internal/replay/verify"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/internal/store/pebblestore"
-	"github.com/macpd/macpd/internal/store/verify"
 )
 
 // profileLimits are the admission limits of a runtime whose new sessions
@@ -112,7 +112,7 @@ func countRecKind(recs []session.Record, k session.Kind) int {
 // latest session suspended across the restart is expired by its
 // suspension cap exactly once, at the first instant past the cap; the
 // resumed session expires at its moved deadline, not the original one;
-// and internal/store/verify (macpctl verify) verifies every session.
+// and internal/replay/verify (macpctl verify) verifies every session.
 func TestRestartSessionsOfBothProfiles(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "data")

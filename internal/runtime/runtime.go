@@ -9,10 +9,11 @@ import (
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/clock"
-	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/replay"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
+	"github.com/macpd/macpd/internal/streambudget"
 )
 
 // Options configure a Runtime. The zero value of each field selects its
@@ -66,11 +67,8 @@ type Options struct {
 	// limit, so that Send needs no per-call context of its own.
 	CommitTimeout time.Duration
 	// StreamBuffers bounds what streams hold for their clients
-	// (streambudget.go); zero fields take DefaultStreamBudget's values.
+	// (package streambudget); zero fields take streambudget.Default's values.
 	StreamBuffers StreamBudgetOptions
-	// Registry bounds registered extension modes and policies
-	// (registrylimits.go); zero fields take DefaultRegistryLimits' values.
-	Registry RegistryLimits
 }
 
 func (o *Options) ensureDefaults() {
@@ -80,7 +78,6 @@ func (o *Options) ensureDefaults() {
 	if o.MaxCommitBatch <= 0 {
 		o.MaxCommitBatch = 256
 	}
-	o.Registry.ensureDefaults()
 	if o.SubscriberBuffer <= 0 {
 		o.SubscriberBuffer = 1024
 	}
@@ -100,17 +97,15 @@ type LifecycleEvent struct {
 // Runtime owns all sessions. Create it with New, start it with Start, stop
 // it with Close.
 type Runtime struct {
-	opts     Options
-	store    store.Store
-	modes    atomic.Pointer[mode.Registry]
-	regMu    sync.Mutex            // serializes registry changes; guards retired
-	retired  map[string]mode.Entry // unregistered modes that stored sessions may still need
-	policies *policyRegistry       // policies.go
-	// polMu serializes policy registry changes; guards retiredPolicies
-	// (unregistered policies, kept so their ids stay immutable).
-	polMu           sync.Mutex
-	retiredPolicies map[string]registeredPolicy
-	log             *slog.Logger
+	opts  Options
+	store store.Store
+	// modes and policies are the lookups the core resolves a SessionStart
+	// against (New); replayModes is the one replay binds stored sessions
+	// with (modes, or what modes' ReplayModes returns).
+	modes       session.Modes
+	replayModes session.Modes
+	policies    policy.Lookup
+	log         *slog.Logger
 
 	mu          sync.RWMutex
 	sessions    map[string]*owner
@@ -129,13 +124,9 @@ type Runtime struct {
 	// Lifecycle carries CREATED/RESOLVED/EXPIRED events after they are
 	// durable, to Hub subscribers and coalescing watchers (watch.go).
 	Lifecycle *LifecycleFeed
-	// Registry carries mode-registry change hints.
-	Registry *Hub[int64]
-	// PolicyChanges carries policy-registry change hints (WatchPolicies).
-	PolicyChanges *Hub[int64]
 
 	rates *senderRates // per-sender rate limits (ratelimit.go)
-	// streams is the budget of stream buffers (streambudget.go).
+	// streams is the budget of stream buffers (package streambudget).
 	streams *StreamBudget
 	// deadlines bounds commit waits (Options.CommitTimeout; deadline.go);
 	// nil without a timeout.
@@ -147,34 +138,47 @@ type Runtime struct {
 	followers atomic.Int64 // registered followers, all sessions (metrics)
 }
 
-// New builds a Runtime over st with the given modes. policies are the
-// built-in policies (policy.default is always one); RegisterPolicy adds
-// others (policies.go).
-func New(st store.Store, modes *mode.Registry, policies policy.Lookup, opts Options) *Runtime {
+// ReplayModer is the optional capability of a mode lookup given to New
+// that also knows modes no longer offered to new sessions but still bound
+// by stored ones (registry.Registry: unregistered extension modes).
+type ReplayModer interface {
+	ReplayModes() session.Modes
+}
+
+// New builds a Runtime over st. modes and policies are the lookups the
+// core resolves a SessionStart's mode and policy_version against (a
+// *mode.Registry and policy.DefaultOnly{}, or a registry.Registry for
+// both: package registry owns registration, its storage and reload; nil
+// policies = policy.DefaultOnly{}). Stored sessions replay with modes, or
+// with modes.ReplayModes() when modes is a ReplayModer.
+func New(st store.Store, modes session.Modes, policies policy.Lookup, opts Options) *Runtime {
 	opts.ensureDefaults()
+	if policies == nil {
+		policies = policy.DefaultOnly{}
+	}
 	r := &Runtime{
-		opts:            opts,
-		store:           st,
-		policies:        newPolicyRegistry(policies),
-		retiredPolicies: make(map[string]registeredPolicy),
-		PolicyChanges:   NewHub[int64](16),
-		log:             opts.Logger,
-		sessions:        make(map[string]*owner),
-		quarantined:     make(map[string]string),
-		retired:         make(map[string]mode.Entry),
-		openBy:          make(map[string]int),
-		stop:            make(chan struct{}),
-		Signals:         NewBoundedHub(opts.SubscriberBuffer, signalWatchBytes, signalCost),
-		Lifecycle:       NewLifecycleFeed(opts.SubscriberBuffer, opts.MaxWatchPending),
-		Registry:        NewHub[int64](16),
-		rates:           newSenderRates(opts),
-		streams:         NewStreamBudget(streamBudgetLogger(opts.StreamBuffers, opts.Logger), opts.Clock),
-		metrics:         opts.Metrics,
+		opts:        opts,
+		store:       st,
+		modes:       modes,
+		replayModes: modes,
+		policies:    policies,
+		log:         opts.Logger,
+		sessions:    make(map[string]*owner),
+		quarantined: make(map[string]string),
+		openBy:      make(map[string]int),
+		stop:        make(chan struct{}),
+		Signals:     NewBoundedHub(opts.SubscriberBuffer, signalWatchBytes, signalCost),
+		Lifecycle:   NewLifecycleFeed(opts.SubscriberBuffer, opts.MaxWatchPending),
+		rates:       newSenderRates(opts),
+		streams:     streambudget.New(streamBudgetLogger(opts.StreamBuffers, opts.Logger), opts.Clock),
+		metrics:     opts.Metrics,
+	}
+	if rm, ok := modes.(ReplayModer); ok {
+		r.replayModes = rm.ReplayModes()
 	}
 	if opts.Metrics != nil {
 		opts.Metrics.rt.Store(r)
 	}
-	r.modes.Store(modes)
 	r.commit = newCommitter(st, opts.MaxCommitBatch, opts.Logger, opts.Metrics, opts.Clock, r.completed)
 	r.timers = newTimerLoop(opts.Clock, r.expireByTimer)
 	if opts.CommitTimeout > 0 {
@@ -212,14 +216,8 @@ func (r *Runtime) Close() {
 	r.wg.Wait()
 }
 
-// Modes returns the current mode registry.
-func (r *Runtime) Modes() *mode.Registry { return r.modes.Load() }
-
-// SetModes swaps the mode registry and notifies registry watchers.
-func (r *Runtime) SetModes(reg *mode.Registry) {
-	r.modes.Store(reg)
-	r.Registry.Publish(r.nowMs())
-}
+// ReplayModes returns the mode lookup stored sessions replay with (New).
+func (r *Runtime) ReplayModes() session.Modes { return r.replayModes }
 
 func (r *Runtime) nowMs() int64 { return r.opts.Clock.Now().UnixMilli() }
 
@@ -231,24 +229,14 @@ func (r *Runtime) Clock() clock.Clock { return r.opts.Clock }
 func (r *Runtime) Limits() session.Limits { return r.opts.Limits }
 
 func (r *Runtime) deps() session.Deps {
-	return session.Deps{Modes: r.modes.Load(), Policies: r.policies, Limits: r.opts.Limits}
+	return session.Deps{Modes: r.modes, Policies: r.policies, Limits: r.opts.Limits}
 }
 
-// replay folds a session's stored history through the core. records is
-// the history's expected length when known (0 if not): it sizes the
-// session's dedup set up front (session.Reserve).
+// replay folds a session's stored history through the core (package
+// replay). records is the history's expected length when known (0 if
+// not): it sizes the session's dedup set up front (session.Reserve).
 func (r *Runtime) replay(ctx context.Context, id string, records uint64) (*session.Session, error) {
-	var s *session.Session
-	err := r.store.Read(ctx, id, 1, func(rec session.Record) error {
-		if s == nil {
-			var err error
-			if s, err = session.Restore(rec, replayModes{r}); err == nil && records > 1 {
-				s.Reserve(int(min(records, 1<<30)))
-			}
-			return err
-		}
-		return s.Apply(rec, r.opts.Limits)
-	})
+	s, err := replay.Stored(ctx, r.store, id, r.replayOptions(records))
 	if err != nil {
 		return nil, err
 	}
@@ -256,6 +244,11 @@ func (r *Runtime) replay(ctx context.Context, id string, records uint64) (*sessi
 		return nil, store.ErrNotFound
 	}
 	return s, nil
+}
+
+// replayOptions are the lookups and limits stored sessions replay with.
+func (r *Runtime) replayOptions(records uint64) replay.Options {
+	return replay.Options{Modes: r.replayModes, Limits: r.opts.Limits, Records: records}
 }
 
 // Store returns the history store.

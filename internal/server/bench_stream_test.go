@@ -19,6 +19,7 @@ import (
 	"github.com/macpd/macpd/internal/auth"
 	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/registry"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/server"
 	"github.com/macpd/macpd/internal/store/memstore"
@@ -90,12 +91,14 @@ func benchAs(ctx context.Context, agent string) context.Context {
 }
 
 func benchStreamFanout(b *testing.B, subs int, stalled bool) {
-	rt := runtime.New(memstore.New(), builtin.Modes(), policy.DefaultOnly{}, runtime.Options{})
+	st := memstore.New()
+	reg := registry.New(st, builtin.Modes(), policy.DefaultOnly{}, registry.Options{})
+	rt := runtime.New(st, reg, reg, runtime.Options{})
 	if err := rt.Start(context.Background()); err != nil {
 		b.Fatal(err)
 	}
 	defer rt.Close()
-	svc := server.New(rt, auth.Chain{auth.Dev{}}, server.Options{})
+	svc := server.New(rt, auth.Chain{auth.Dev{}}, server.Options{Registry: reg})
 	g, _ := svc.NewGRPCServer()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 
 // ListExtModes lists extension modes (not standards-track ones).
 func (s *Service) ListExtModes(context.Context, *macpv1.ListExtModesRequest) (*macpv1.ListExtModesResponse, error) {
-	return &macpv1.ListExtModesResponse{Modes: s.rt.Modes().Descriptors(mode.Extension)}, nil
+	return &macpv1.ListExtModesResponse{Modes: s.opts.Registry.Modes().Descriptors(mode.Extension)}, nil
 }
 
 // determinismClasses are RFC-MACP-0003 §5's (defined by RFC-MACP-0002).
@@ -31,7 +31,7 @@ func (s *Service) RegisterExtMode(ctx context.Context, req *macpv1.RegisterExtMo
 		return &macpv1.RegisterExtModeResponse{Ok: false, Error: coord.Errorf(coord.CodeInvalidEnvelope,
 			"determinism_class %q is not one of RFC-MACP-0003 §5's classes: %s (empty: structural-only)", c, strings.Join(determinismClasses, ", ")).Error()}, nil
 	}
-	if err := s.rt.RegisterExtMode(id, req.GetModeDescriptor()); err != nil {
+	if err := s.opts.Registry.RegisterExtMode(id, req.GetModeDescriptor()); err != nil {
 		return &macpv1.RegisterExtModeResponse{Ok: false, Error: err.Error()}, nil
 	}
 	return &macpv1.RegisterExtModeResponse{Ok: true}, nil
@@ -40,7 +40,7 @@ func (s *Service) RegisterExtMode(ctx context.Context, req *macpv1.RegisterExtMo
 // UnregisterExtMode removes a registered extension mode.
 func (s *Service) UnregisterExtMode(ctx context.Context, req *macpv1.UnregisterExtModeRequest) (*macpv1.UnregisterExtModeResponse, error) {
 	id, _ := identityFrom(ctx)
-	if err := s.rt.UnregisterExtMode(id, req.GetMode()); err != nil {
+	if err := s.opts.Registry.UnregisterExtMode(id, req.GetMode()); err != nil {
 		return &macpv1.UnregisterExtModeResponse{Ok: false, Error: err.Error()}, nil
 	}
 	return &macpv1.UnregisterExtModeResponse{Ok: true}, nil
@@ -49,7 +49,7 @@ func (s *Service) UnregisterExtMode(ctx context.Context, req *macpv1.UnregisterE
 // PromoteMode makes an extension mode standards-track.
 func (s *Service) PromoteMode(ctx context.Context, req *macpv1.PromoteModeRequest) (*macpv1.PromoteModeResponse, error) {
 	id, _ := identityFrom(ctx)
-	name, err := s.rt.PromoteMode(id, req.GetMode(), req.GetPromotedModeName())
+	name, err := s.opts.Registry.PromoteMode(id, req.GetMode(), req.GetPromotedModeName())
 	if err != nil {
 		return &macpv1.PromoteModeResponse{Ok: false, Error: err.Error()}, nil
 	}

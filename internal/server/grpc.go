@@ -16,6 +16,7 @@ import (
 	"github.com/macpd/macpd/internal/auth"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
+	"github.com/macpd/macpd/internal/registry"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/session"
 	"google.golang.org/grpc"
@@ -58,6 +59,10 @@ type Options struct {
 	// Limits are the transport abuse limits (limits.go); zero = none.
 	Limits Limits
 	Logger *slog.Logger
+	// Registry serves the mode and policy registry RPCs and the modes
+	// Initialize and ListModes report; it must be the lookup the runtime
+	// was built with (runtime.New).
+	Registry *registry.Registry
 }
 
 // Service implements macp.v1.MACPRuntimeService.
@@ -315,7 +320,7 @@ func (s *Service) Initialize(_ context.Context, req *macpv1.InitializeRequest) (
 		SelectedProtocolVersion: coord.ProtocolVersion,
 		RuntimeInfo:             &macpv1.RuntimeInfo{Name: i.Name, Title: i.Title, Version: i.Version, Description: i.Description, WebsiteUrl: i.WebsiteURL},
 		Capabilities:            s.capabilities(),
-		SupportedModes:          s.rt.Modes().IDs(),
+		SupportedModes:          s.opts.Registry.Modes().IDs(),
 		Instructions:            i.Instructions,
 	}, nil
 }
@@ -395,7 +400,7 @@ func (s *Service) GetManifest(_ context.Context, req *macpv1.GetManifestRequest)
 		AgentId:            i.AgentID,
 		Title:              i.Title,
 		Description:        i.Description,
-		SupportedModes:     s.rt.Modes().IDs(),
+		SupportedModes:     s.opts.Registry.Modes().IDs(),
 		InputContentTypes:  []string{"application/macp-envelope+proto"},
 		OutputContentTypes: []string{"application/macp-envelope+proto"},
 		Metadata:           map[string]string{"runtime": i.Name, "version": i.Version, "profile": s.rt.Profile(), "profiles": strings.Join(coord.Profiles, ",")},
@@ -418,7 +423,7 @@ func (s *Service) GetManifest(_ context.Context, req *macpv1.GetManifestRequest)
 
 // ListModes lists standards-track modes.
 func (s *Service) ListModes(context.Context, *macpv1.ListModesRequest) (*macpv1.ListModesResponse, error) {
-	return &macpv1.ListModesResponse{Modes: s.rt.Modes().Descriptors(mode.Standard)}, nil
+	return &macpv1.ListModesResponse{Modes: s.opts.Registry.Modes().Descriptors(mode.Standard)}, nil
 }
 
 // ListRoots lists the runtime's configured roots.
@@ -453,7 +458,7 @@ func (s *Service) WatchRoots(_ *macpv1.WatchRootsRequest, stream grpc.ServerStre
 // that queued up while the client was slow become one, and a watcher that
 // the hub dropped for lagging just gets a fresh hint.
 func (s *Service) WatchModeRegistry(_ *macpv1.WatchModeRegistryRequest, stream grpc.ServerStreamingServer[macpv1.WatchModeRegistryResponse]) error {
-	return s.watchHints(stream.Context(), s.rt.Registry, func(at int64) error {
+	return s.watchHints(stream.Context(), s.opts.Registry.ModeChanges, func(at int64) error {
 		return stream.Send(&macpv1.WatchModeRegistryResponse{Change: &macpv1.RegistryChanged{Registry: "modes", ObservedAtUnixMs: at}})
 	})
 }

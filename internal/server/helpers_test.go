@@ -17,6 +17,7 @@ import (
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/registry"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/server"
 	"github.com/macpd/macpd/internal/store/memstore"
@@ -84,7 +85,12 @@ func startService(t testing.TB, opts server.Options, rtOpts ...runtime.Options) 
 	if len(rtOpts) > 0 {
 		ro = rtOpts[0]
 	}
-	rt := runtime.New(memstore.New(), builtin.Modes(), policy.DefaultOnly{}, ro)
+	st := memstore.New()
+	reg := registry.New(st, builtin.Modes(), policy.DefaultOnly{}, registry.Options{})
+	rt := runtime.New(st, reg, reg, ro)
+	if opts.Registry == nil {
+		opts.Registry = reg
+	}
 	if err := rt.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

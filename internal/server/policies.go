@@ -12,12 +12,12 @@ import (
 // error starting with the MACP code (checklist ERR-22); GetPolicy fails
 // with a gRPC status (unknown id: NOT_FOUND, UNKNOWN_POLICY_VERSION). All
 // of them need an authenticated caller; mutations also need
-// can_manage_mode_registry (runtime.RegisterPolicy).
+// can_manage_mode_registry (registry.RegisterPolicy).
 
 // RegisterPolicy registers a governance policy.
 func (s *Service) RegisterPolicy(ctx context.Context, req *macpv1.RegisterPolicyRequest) (*macpv1.RegisterPolicyResponse, error) {
 	id, _ := identityFrom(ctx)
-	if err := s.rt.RegisterPolicy(id, req.GetPolicyDescriptor()); err != nil {
+	if err := s.opts.Registry.RegisterPolicy(id, req.GetPolicyDescriptor()); err != nil {
 		return &macpv1.RegisterPolicyResponse{Ok: false, Error: err.Error()}, nil
 	}
 	return &macpv1.RegisterPolicyResponse{Ok: true}, nil
@@ -26,7 +26,7 @@ func (s *Service) RegisterPolicy(ctx context.Context, req *macpv1.RegisterPolicy
 // UnregisterPolicy removes a registered policy for new sessions.
 func (s *Service) UnregisterPolicy(ctx context.Context, req *macpv1.UnregisterPolicyRequest) (*macpv1.UnregisterPolicyResponse, error) {
 	id, _ := identityFrom(ctx)
-	if err := s.rt.UnregisterPolicy(id, req.GetPolicyId()); err != nil {
+	if err := s.opts.Registry.UnregisterPolicy(id, req.GetPolicyId()); err != nil {
 		return &macpv1.UnregisterPolicyResponse{Ok: false, Error: err.Error()}, nil
 	}
 	return &macpv1.UnregisterPolicyResponse{Ok: true}, nil
@@ -34,7 +34,7 @@ func (s *Service) UnregisterPolicy(ctx context.Context, req *macpv1.UnregisterPo
 
 // GetPolicy returns one registered policy.
 func (s *Service) GetPolicy(_ context.Context, req *macpv1.GetPolicyRequest) (*macpv1.GetPolicyResponse, error) {
-	d, err := s.rt.GetPolicy(req.GetPolicyId())
+	d, err := s.opts.Registry.GetPolicy(req.GetPolicyId())
 	if err != nil {
 		return nil, statusErr(err)
 	}
@@ -44,7 +44,7 @@ func (s *Service) GetPolicy(_ context.Context, req *macpv1.GetPolicyRequest) (*m
 // ListPolicies lists registered policies, built-ins included; a mode
 // filter keeps that mode's and the mode-agnostic ones.
 func (s *Service) ListPolicies(_ context.Context, req *macpv1.ListPoliciesRequest) (*macpv1.ListPoliciesResponse, error) {
-	return &macpv1.ListPoliciesResponse{Descriptors: s.rt.Policies(req.GetMode())}, nil
+	return &macpv1.ListPoliciesResponse{Descriptors: s.opts.Registry.Policies(req.GetMode())}, nil
 }
 
 // WatchPolicies sends the full policy list at once, then again after each
@@ -53,7 +53,7 @@ func (s *Service) ListPolicies(_ context.Context, req *macpv1.ListPoliciesReques
 // (each list is complete, so only the latest matters), and a watcher the
 // hub dropped for lagging just gets a fresh list.
 func (s *Service) WatchPolicies(_ *macpv1.WatchPoliciesRequest, stream grpc.ServerStreamingServer[macpv1.WatchPoliciesResponse]) error {
-	return s.watchHints(stream.Context(), s.rt.PolicyChanges, func(at int64) error {
-		return stream.Send(&macpv1.WatchPoliciesResponse{Descriptors: s.rt.Policies(""), ObservedAtUnixMs: at})
+	return s.watchHints(stream.Context(), s.opts.Registry.PolicyChanges, func(at int64) error {
+		return stream.Send(&macpv1.WatchPoliciesResponse{Descriptors: s.opts.Registry.Policies(""), ObservedAtUnixMs: at})
 	})
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/macpd/macpd/internal/auth"
 	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/registry"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/server"
 	"github.com/macpd/macpd/internal/session"
@@ -162,11 +163,12 @@ func streamGoroutines() (calls, pipes int) {
 // make the server hold is bounded).
 func TestStreamPipelinedClientLeavesMidWindow(t *testing.T) {
 	st := &heldStore{Store: memstore.New(), entered: make(chan struct{}, 1)}
-	rt := runtime.New(st, builtin.Modes(), policy.DefaultOnly{}, runtime.Options{})
+	reg := registry.New(st, builtin.Modes(), policy.DefaultOnly{}, registry.Options{})
+	rt := runtime.New(st, reg, reg, runtime.Options{})
 	if err := rt.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	svc := server.New(rt, auth.Chain{auth.Dev{}}, server.Options{})
+	svc := server.New(rt, auth.Chain{auth.Dev{}}, server.Options{Registry: reg})
 	g, _ := svc.NewGRPCServer()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -225,7 +225,7 @@ func TestWatchModeRegistry(t *testing.T) {
 		t.Fatalf("initial hint %v", hint)
 	}
 	nothing(t, ch, 50*time.Millisecond)
-	e.rt.SetModes(builtin.Modes())
+	e.app.Registry().SetModes(builtin.Modes())
 	if hint := next(t, ch).Change; hint.GetRegistry() != "modes" {
 		t.Fatalf("change hint %v", hint)
 	}

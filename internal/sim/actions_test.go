@@ -455,7 +455,7 @@ func (w *world) actPolicy() {
 	if w.chance(25) {
 		rules = `{"voting":`
 	}
-	cerr := w.rt.RegisterPolicy(admin, &macpv1.PolicyDescriptor{PolicyId: id, Mode: decision.ModeID, Rules: rules, SchemaVersion: 1})
+	cerr := w.reg.RegisterPolicy(admin, &macpv1.PolicyDescriptor{PolicyId: id, Mode: decision.ModeID, Rules: rules, SchemaVersion: 1})
 	w.logf("register policy %s -> %s", id, codeOf(cerr))
 	if cerr == nil {
 		w.policies[id] = true

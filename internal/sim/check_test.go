@@ -10,10 +10,10 @@ import (
 	"sync"
 
 	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/replay/verify"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
-	"github.com/macpd/macpd/internal/store/verify"
 )
 
 // history reads a session's stored records (nil if unknown).

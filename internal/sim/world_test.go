@@ -21,6 +21,7 @@ import (
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/registry"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store/pebblestore"
@@ -61,6 +62,7 @@ type world struct {
 	inj *injector
 	st  *pebblestore.Store
 	rt  *runtime.Runtime
+	reg *registry.Registry // the runtime's mode and policy lookups
 
 	step  int
 	trace []string
@@ -148,7 +150,11 @@ func (w *world) open() {
 		w.fail("open store: %v", err)
 	}
 	w.st = st
-	w.rt = runtime.New(st, w.modes, policy.DefaultOnly{}, runtime.Options{Limits: w.lim, Clock: w.clk})
+	w.reg = registry.New(st, w.modes, policy.DefaultOnly{}, registry.Options{Clock: w.clk})
+	if err := w.reg.Load(w.ctx); err != nil {
+		w.fail("runtime start (recovery): %v", err)
+	}
+	w.rt = runtime.New(st, w.reg, w.reg, runtime.Options{Limits: w.lim, Clock: w.clk})
 	if err := w.rt.Start(w.ctx); err != nil {
 		w.fail("runtime start (recovery): %v", err)
 	}
@@ -220,7 +226,7 @@ func (w *world) afterRecovery() {
 		}
 	}
 	for _, id := range sortedKeys(w.policies) {
-		if _, cerr := w.rt.GetPolicy(id); cerr != nil {
+		if _, cerr := w.reg.GetPolicy(id); cerr != nil {
 			w.fail("acknowledged policy %s lost in the crash: %v", id, cerr)
 		}
 	}

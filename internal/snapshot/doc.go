@@ -1,7 +1,8 @@
 // Package snapshot derives deterministic, privacy-safe snapshots of MACP
 // sessions in the shape of Assay's session_state_window_v1 contract
 // (ADR-029), and replays stored sessions for verification and what-if
-// analysis (RFC-MACP-0003).
+// analysis (RFC-MACP-0003). It is the pure half; package
+// snapshot/snapshotio is its I/O.
 //
 // Contract:
 //
@@ -27,15 +28,18 @@
 //     and served under that content address (report contents_ref).
 //  4. A Report is emitted only after it validated against the vendored
 //     schema (schema/, see its SOURCE.md).
-//  5. Build, Canonical, Seal, Replay and ReplayWhatIf are pure: no clock,
-//     no I/O, no goroutines. Service (service.go) and Writer (writer.go)
-//     are the I/O around them: reading a store, serving HTTP, writing
-//     snapshot files after terminal transitions, off the acceptance path.
+//  5. The package is pure: no clock, no I/O, no goroutines, no locks
+//     (internal/lint checks it). Replay and ReplayWhatIf fold stored
+//     records through the core with package replay. The I/O around it
+//     lives in package snapshotio: reading a store (StoreSource), serving
+//     HTTP (Service), writing snapshot files after terminal transitions
+//     (Writer, off the acceptance path), and reading a remote runtime
+//     over gRPC (FromRuntime).
 //  6. A cross_session_decay window is informational: it lists subsequent
 //     sessions (same initiator, SessionStart acceptance order) that the
 //     caller (Viewer) may observe, and never influences admission; replay
-//     of a session stays self-contained. The Service reads them from an
-//     in-memory index by initiator (index.go), not the store.
+//     of a session stays self-contained. snapshotio's Service reads
+//     them from an in-memory index by initiator, not the store.
 //  7. Client-chosen identifiers (session, message and commitment ids,
 //     senders, participants, the commitment action, the configuration
 //     version) enter a payload only as Opaque digests of (event_source,

@@ -276,7 +276,7 @@ func startLess(a, b Start) bool {
 	return a.AcceptedAtMs < b.AcceptedAtMs || (a.AcceptedAtMs == b.AcceptedAtMs && a.SessionID < b.SessionID)
 }
 
-func startCmp(a, b Start) int {
+func CompareStarts(a, b Start) int {
 	switch {
 	case startLess(a, b):
 		return -1
@@ -303,7 +303,7 @@ func Subsequent(starts []Start, of string, n int, v Viewer) []string {
 			after = append(after, s)
 		}
 	}
-	slices.SortFunc(after, startCmp)
+	slices.SortFunc(after, CompareStarts)
 	out := make([]string, 0, min(n, len(after)))
 	for _, s := range after[:min(n, len(after))] {
 		out = append(out, s.SessionID)

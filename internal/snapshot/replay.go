@@ -4,32 +4,21 @@ import (
 	"fmt"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
-	"github.com/macpd/macpd/internal/coord"
-	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/replay"
 	"github.com/macpd/macpd/internal/session"
-	"google.golang.org/protobuf/proto"
 )
 
 // Replay folds a stored history (records 1..N of one session, in order)
-// through the pure core, exactly as recovery and macpctl verify do
-// (session.Restore, then session.Apply with the recorded times), and
+// through the pure core with package replay's fold, as recovery and
+// macpctl verify do (Restore, then Apply with the
+// recorded times), and
 // returns the replayed session. It fails when the history does not replay
 // (divergence, or a bound mode this build lacks).
 func Replay(recs []session.Record, modes session.Modes, lim session.Limits) (*session.Session, error) {
 	if len(recs) == 0 {
 		return nil, fmt.Errorf("%w: no records", ErrInput)
 	}
-	s, err := session.Restore(recs[0], modes)
-	if err != nil {
-		return nil, err
-	}
-	s.Reserve(len(recs))
-	for _, rec := range recs[1:] {
-		if err := s.Apply(rec, lim); err != nil {
-			return nil, err
-		}
-	}
-	return s, nil
+	return replay.Records(recs, replay.Options{Modes: modes, Limits: lim})
 }
 
 // InputOf is the snapshot Input of a replayed session s and its records.
@@ -79,173 +68,20 @@ func InputFromWire(md *macpv1.SessionMetadata, envs []*macpv1.Envelope) Input {
 	}
 }
 
-// Rebind is a what-if: the same envelopes under another bound version.
-// Zero fields keep the stored binding.
-type Rebind struct {
-	// Policy replaces the bound policy descriptor (RFC-MACP-0012).
-	Policy *policy.Descriptor
-	// ModeVersion replaces the bound mode version.
-	ModeVersion string
-}
+// Rebind, Decision and WhatIf are package replay's what-if (Redecide).
+type (
+	Rebind   = replay.Rebind
+	Decision = replay.Decision
+	WhatIf   = replay.WhatIf
+)
 
-// Decision is one envelope's fate in a what-if.
-type Decision struct {
-	// Seq is the envelope's sequence number in the stored history.
-	Seq      uint64
-	Accepted bool
-	// Code is the MACP error code of a rejection.
-	Code string
-}
-
-// WhatIf is the result of replaying a history under a Rebind.
-type WhatIf struct {
-	// Session is the what-if session (nil when the SessionStart itself was
-	// rejected).
-	Session *session.Session
-	// Decisions has one entry per stored envelope, in order.
-	Decisions []Decision
-	// FirstDivergence is the stored sequence number of the first envelope
-	// the what-if rejects (every stored envelope was accepted), 0 if none.
-	FirstDivergence uint64
-	// Accepted are the envelopes the what-if accepted, in order, as
-	// rebound (for its snapshot).
-	Accepted []*macpv1.Envelope
-}
-
-// ReplayWhatIf re-decides every stored envelope of recs, with its recorded
-// acceptance time, through the core's admission path (session.Start's
-// replay twin Restore, Step, Cancel, ExpireIfDue) under rb. The
-// SessionStart and every Commitment that named the stored mode or policy
-// version are rewritten to name the new one, so that a divergence comes
-// from the new rules rather than from the version check. A stored expiry
-// is re-applied at its recorded time.
+// ReplayWhatIf re-decides every stored envelope of recs under rb
+// (replay.Redecide). A history that does not begin with a decodable
+// SessionStart is ErrInput.
 func ReplayWhatIf(recs []session.Record, modes session.Modes, lim session.Limits, rb Rebind) (*WhatIf, error) {
-	if len(recs) == 0 || recs[0].Kind != session.KindStart || recs[0].Envelope == nil || recs[0].Start == nil {
-		return nil, fmt.Errorf("%w: history does not begin with a SessionStart", ErrInput)
-	}
-	w := &WhatIf{}
-	start := recs[0]
-	var sp macpv1.SessionStartPayload
-	if err := proto.Unmarshal(start.Envelope.Payload, &sp); err != nil {
-		return nil, fmt.Errorf("%w: stored SessionStart payload: %v", ErrInput, err)
-	}
-	oldMode, oldPolicy := sp.ModeVersion, start.Start.Policy.ID
-	info := *start.Start
-	if rb.Policy != nil {
-		info.Policy = *rb.Policy
-		sp.PolicyVersion = rb.Policy.ID
-	}
-	if rb.ModeVersion != "" {
-		sp.ModeVersion = rb.ModeVersion
-	}
-	env := proto.Clone(start.Envelope).(*macpv1.Envelope)
-	env.Payload, _ = proto.MarshalOptions{Deterministic: true}.Marshal(&sp)
-	start.Envelope, start.Start = env, &info
-	s, err := session.Restore(start, modes)
+	w, err := replay.Redecide(recs, modes, lim, rb)
 	if err != nil {
-		w.Decisions = append(w.Decisions, Decision{Seq: 1, Code: string(coord.AsError(err).Code)})
-		w.FirstDivergence = 1
-		return w, nil
-	}
-	w.Session = s
-	w.Decisions = append(w.Decisions, Decision{Seq: 1, Accepted: true})
-	w.Accepted = append(w.Accepted, env)
-	decide := func(seq uint64, out session.Outcome, env *macpv1.Envelope) {
-		d := Decision{Seq: seq, Accepted: out.Accepted()}
-		if out.Err != nil {
-			d.Code = string(out.Err.Code)
-		} else if out.Duplicate {
-			d.Code = "DUPLICATE"
-			d.Accepted = false
-		}
-		if d.Accepted {
-			w.Accepted = append(w.Accepted, env)
-		} else if w.FirstDivergence == 0 {
-			w.FirstDivergence = seq
-		}
-		w.Decisions = append(w.Decisions, d)
-	}
-	for _, rec := range recs[1:] {
-		switch rec.Kind {
-		case session.KindMessage:
-			e := rebindCommitment(rec.Envelope, oldMode, oldPolicy, s.Binding.ModeVersion, s.Binding.PolicyVersion)
-			decide(rec.Seq, s.Step(e, rec.AcceptedAtMs, lim), e)
-		case session.KindCancel:
-			var cp macpv1.SessionCancelPayload
-			_ = proto.Unmarshal(rec.Envelope.GetPayload(), &cp)
-			out := s.Cancel(cp.CancelledBy, cp.Reason, rec.Envelope.GetMessageId(), rec.AcceptedAtMs)
-			if out.Err == nil && len(out.Records) == 0 {
-				out.Err = coord.Errorf(coord.CodeSessionNotOpen, "session already ended")
-			}
-			if out.Err == nil && out.Records[0].Kind != session.KindCancel {
-				out.Err = coord.Errorf(coord.CodeSessionNotOpen, "session expired first")
-			}
-			var ce *macpv1.Envelope
-			if out.Err == nil {
-				ce = out.Records[0].Envelope
-			}
-			decide(rec.Seq, out, ce)
-		case session.KindSuspend, session.KindResume:
-			// The runtime's control records are re-decided with their
-			// recorded caller, message id and time, so the what-if session
-			// is suspended, resumed and its deadline moved as the stored one
-			// was (RFC-MACP-0001 §7.5).
-			var out session.Outcome
-			if rec.Kind == session.KindSuspend {
-				var sp macpv1.SessionSuspendPayload
-				_ = proto.Unmarshal(rec.Envelope.GetPayload(), &sp)
-				out = s.Suspend(sp.SuspendedBy, sp.Reason, rec.Envelope.GetMessageId(), rec.AcceptedAtMs)
-			} else {
-				var rp macpv1.SessionResumePayload
-				_ = proto.Unmarshal(rec.Envelope.GetPayload(), &rp)
-				out = s.Resume(rp.ResumedBy, rp.Reason, rec.Envelope.GetMessageId(), rec.AcceptedAtMs)
-			}
-			if out.Err == nil && (len(out.Records) != 1 || out.Records[0].Kind != rec.Kind) {
-				out.Err = coord.Errorf(coord.CodeSessionNotOpen, "the session is %s", s.Status)
-			}
-			var ce *macpv1.Envelope
-			if out.Err == nil {
-				ce = out.Records[0].Envelope
-			}
-			decide(rec.Seq, out, ce)
-		case session.KindImplicit:
-			out := s.ImplicitIfDue(rec.AcceptedAtMs, rec.Envelope.GetMessageId())
-			if out.Err == nil && len(out.Records) != 1 {
-				out.Err = coord.Errorf(coord.CodeSessionNotOpen, "no implicit action is due under the what-if policy")
-			}
-			var ie *macpv1.Envelope
-			if out.Err == nil {
-				ie = out.Records[0].Envelope
-			}
-			decide(rec.Seq, out, ie)
-		case session.KindExpire:
-			s.ExpireIfDue(rec.AcceptedAtMs)
-		}
+		return nil, fmt.Errorf("%w: %v", ErrInput, err)
 	}
 	return w, nil
-}
-
-// rebindCommitment returns env, or for a Commitment naming the stored
-// mode or policy version, a copy naming the what-if's.
-func rebindCommitment(env *macpv1.Envelope, oldMode, oldPolicy, newMode, newPolicy string) *macpv1.Envelope {
-	if env.GetMessageType() != coord.TypeCommitment || (oldMode == newMode && oldPolicy == newPolicy) {
-		return env
-	}
-	var c macpv1.CommitmentPayload
-	if err := proto.Unmarshal(env.Payload, &c); err != nil {
-		return env
-	}
-	changed := false
-	if c.ModeVersion == oldMode && oldMode != newMode {
-		c.ModeVersion, changed = newMode, true
-	}
-	if c.PolicyVersion == oldPolicy && oldPolicy != newPolicy {
-		c.PolicyVersion, changed = newPolicy, true
-	}
-	if !changed {
-		return env
-	}
-	out := proto.Clone(env).(*macpv1.Envelope)
-	out.Payload, _ = proto.MarshalOptions{Deterministic: true}.Marshal(&c)
-	return out
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	_ "embed"
 	"fmt"
-	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -106,7 +105,12 @@ var schemaJSON []byte
 
 const schemaURL = "https://assay.dev/schemas/session_state_window_v1.schema.json"
 
-var compiled = sync.OnceValues(func() (*jsonschema.Schema, error) {
+// schema is the vendored schema, compiled once when the package is
+// initialized (a pure package takes no lock: the compiled schema is only
+// read afterwards, and Validate is safe for concurrent use).
+var schema, schemaErr = compileSchema()
+
+func compileSchema() (*jsonschema.Schema, error) {
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schemaJSON))
 	if err != nil {
 		return nil, err
@@ -116,12 +120,12 @@ var compiled = sync.OnceValues(func() (*jsonschema.Schema, error) {
 		return nil, err
 	}
 	return c.Compile(schemaURL)
-})
+}
 
 // ValidateReportJSON checks JSON text against the vendored
 // session_state_window_v1 schema.
 func ValidateReportJSON(b []byte) error {
-	sch, err := compiled()
+	sch, err := schema, schemaErr
 	if err != nil {
 		return fmt.Errorf("snapshot: compiling the vendored schema: %w", err)
 	}

@@ -6,8 +6,10 @@
 // MACP_DATA_DIR), natsstore (NATS JetStream, shared by several macpd nodes,
 // MACP_STORE=nats) and memstore (in-memory twin, used for tests and
 // MACP_MEMORY_ONLY=1). Both store records in the binary format of package
-// record, which also computes the integrity chain; package verify checks a
-// store offline (macpctl verify). Every implementation passes the shared
+// record, which also computes the integrity chain; package replay/verify
+// checks a store offline (macpctl verify). The meta space (PutMeta,
+// ListMeta) holds what package registry stores: extension-mode and policy
+// registrations, in the formats package registry defines. Every implementation passes the shared
 // suite in storetest.
 //
 // Ordering contract: within one session, records are numbered 1..N without

@@ -129,8 +129,8 @@ type Store interface {
 	// quarantined one ErrCorrupt (its evidence is kept), an unknown one
 	// ErrNotFound.
 	Purge(ctx context.Context, sessionID string) error
-	// PutMeta durably stores val under key (for example durable extension
-	// mode registrations). key must not be empty (ErrInvalid). The store
+	// PutMeta durably stores val under key (for example the extension-mode
+	// and policy registrations of package registry). key must not be empty (ErrInvalid). The store
 	// keeps val; callers must not modify it afterwards.
 	PutMeta(ctx context.Context, key string, val []byte) error
 	// DeleteMeta durably removes key; a missing key is not an error.

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/macpd/macpd/internal/replay"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/internal/store/pebblestore"
@@ -88,17 +89,7 @@ func Replay(ctx context.Context, dir string) (*ReplayResult, error) {
 	var open []*session.Session
 	t0 = time.Now()
 	for _, info := range infos {
-		var s *session.Session
-		err := st.Read(ctx, info.SessionID, 1, func(rec session.Record) error {
-			if s == nil {
-				var err error
-				if s, err = session.Restore(rec, modes); err == nil {
-					s.Reserve(int(min(info.LastSeq, 1<<30)))
-				}
-				return err
-			}
-			return s.Apply(rec, lim)
-		})
+		s, err := replay.Stored(ctx, st, info.SessionID, replay.Options{Modes: modes, Limits: lim, Records: info.LastSeq})
 		if err != nil {
 			return nil, fmt.Errorf("benchrec: replaying %s: %w", info.SessionID, err)
 		}

@@ -15,6 +15,8 @@ import (
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/conformance"
 	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/registry"
+	"github.com/macpd/macpd/internal/replay"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/session"
 	"google.golang.org/protobuf/proto"
@@ -25,6 +27,9 @@ import (
 // acts as a dev identity of that name.
 type Target struct {
 	RT *runtime.Runtime
+	// Reg is the registry RT resolves policies through (runtime.New):
+	// RegisterPolicy and GetPolicy use it.
+	Reg *registry.Registry
 }
 
 func (l Target) id(sender string) coord.Identity { return coord.Identity{Sender: sender} }
@@ -60,7 +65,7 @@ func (l Target) GetSession(ctx context.Context, sender, sessionID string) (*macp
 func (l Target) RegisterPolicy(_ context.Context, sender string, pd *macpv1.PolicyDescriptor) error {
 	id := l.id(sender)
 	id.Caps.CanManageModeRegistry = true
-	if err := l.RT.RegisterPolicy(id, pd); err != nil {
+	if err := l.Reg.RegisterPolicy(id, pd); err != nil {
 		return err
 	}
 	return nil
@@ -68,7 +73,7 @@ func (l Target) RegisterPolicy(_ context.Context, sender string, pd *macpv1.Poli
 
 // GetPolicy implements conformance.PolicyRegistrar.
 func (l Target) GetPolicy(_ context.Context, _, policyID string) (*macpv1.PolicyDescriptor, error) {
-	pd, err := l.RT.GetPolicy(policyID)
+	pd, err := l.Reg.GetPolicy(policyID)
 	if err != nil {
 		if err.Code == coord.CodeUnknownPolicyVersion {
 			return nil, nil
@@ -108,15 +113,7 @@ func (l Target) Resolution(ctx context.Context, sessionID string) (*macpv1.Commi
 // metadata, state, resolution, dedup set and mode state as the live
 // session.
 func (l Target) CheckReplay(ctx context.Context, sessionID string) error {
-	var replayed *session.Session
-	err := l.RT.Store().Read(ctx, sessionID, 1, func(rec session.Record) error {
-		if replayed == nil {
-			s, err := session.Restore(rec, l.RT.Modes())
-			replayed = s
-			return err
-		}
-		return replayed.Apply(rec, l.RT.Limits())
-	})
+	replayed, err := replay.Stored(ctx, l.RT.Store(), sessionID, replay.Options{Modes: l.RT.ReplayModes(), Limits: l.RT.Limits()})
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package runtime
+package registry
 
 import (
 	"cmp"
@@ -12,7 +12,6 @@ import (
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/policy"
-	"google.golang.org/protobuf/proto"
 )
 
 // The policy registry (RFC-MACP-0012 §7). It is the policy.Lookup the core
@@ -23,67 +22,13 @@ import (
 // affect started sessions or replay (§6.1, §8).
 //
 // Registrations are stored durably in the store's meta space before they
-// are acknowledged (like extension modes) and restored at Start.
+// are acknowledged (like extension modes) and restored by Load.
 // Unregistered policies stay stored as retired: an id is immutable (§2.3),
 // so it can be registered again only with the same mode, schema_version
 // and rules.
 
-const (
-	policyStorePrefix      = "policy/"
-	policyActive      byte = 'A'
-	policyRetired     byte = 'R'
-)
-
-func policyStoreKey(id string) string { return policyStorePrefix + id }
-
-// registeredPolicy is one dynamic registration.
-type registeredPolicy struct {
-	desc           policy.Descriptor
-	registeredAtMs int64
-}
-
-func (p registeredPolicy) proto() *macpv1.PolicyDescriptor {
-	return &macpv1.PolicyDescriptor{PolicyId: p.desc.ID, Mode: p.desc.Mode, Description: p.desc.Description,
-		Rules: p.desc.Rules, SchemaVersion: p.desc.SchemaVersion, RegisteredAtUnixMs: p.registeredAtMs}
-}
-
-// sameRules is the §8 policy equality (id + schema_version + rules), plus
-// the target mode, which decides where the policy binds.
-func (p registeredPolicy) sameRules(d policy.Descriptor) bool {
-	return p.desc.ID == d.ID && p.desc.Mode == d.Mode && p.desc.SchemaVersion == d.SchemaVersion && p.desc.Rules == d.Rules
-}
-
-func encodePolicy(state byte, p registeredPolicy) ([]byte, error) {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(p.proto())
-	if err != nil {
-		return nil, err
-	}
-	return append([]byte{state}, b...), nil
-}
-
-func decodePolicy(val []byte) (byte, registeredPolicy, error) {
-	if len(val) < 1 {
-		return 0, registeredPolicy{}, fmt.Errorf("empty policy registration")
-	}
-	switch val[0] {
-	case policyActive, policyRetired:
-	default:
-		return 0, registeredPolicy{}, fmt.Errorf("unknown policy registration state %q", val[0])
-	}
-	var d macpv1.PolicyDescriptor
-	if err := proto.Unmarshal(val[1:], &d); err != nil {
-		return 0, registeredPolicy{}, fmt.Errorf("policy registration does not decode: %w", err)
-	}
-	p := registeredPolicy{registeredAtMs: d.RegisteredAtUnixMs, desc: policy.Descriptor{
-		ID: d.PolicyId, Mode: d.Mode, Description: d.Description, Rules: d.Rules, SchemaVersion: d.SchemaVersion}}
-	if p.desc.ID == "" {
-		return 0, registeredPolicy{}, fmt.Errorf("policy registration without policy_id")
-	}
-	return val[0], p, nil
-}
-
 // policyRegistry resolves policy ids. Reads are lock-free (an immutable
-// map swapped atomically); changes are serialized by Runtime.polMu.
+// map swapped atomically); changes are serialized by Registry.polMu.
 type policyRegistry struct {
 	builtin  policy.Lookup
 	builtins []policy.Descriptor // listed built-ins, sorted by id
@@ -143,7 +88,7 @@ func (p *policyRegistry) with(id string, e registeredPolicy, add bool) *map[stri
 // mode-agnostic ("*") ones (checklist POL-40: the spec is silent; the
 // reference runtime includes them, and such a policy binds to sessions of
 // every mode).
-func (r *Runtime) Policies(modeFilter string) []*macpv1.PolicyDescriptor {
+func (r *Registry) Policies(modeFilter string) []*macpv1.PolicyDescriptor {
 	var out []*macpv1.PolicyDescriptor
 	keep := func(m string) bool { return modeFilter == "" || m == modeFilter || m == "*" }
 	for _, d := range r.policies.builtins {
@@ -163,7 +108,7 @@ func (r *Runtime) Policies(modeFilter string) []*macpv1.PolicyDescriptor {
 
 // GetPolicy returns one registered policy; an unknown id is
 // UNKNOWN_POLICY_VERSION (NOT_FOUND on the wire, checklist POL-40).
-func (r *Runtime) GetPolicy(id string) (*macpv1.PolicyDescriptor, *coord.Error) {
+func (r *Registry) GetPolicy(id string) (*macpv1.PolicyDescriptor, *coord.Error) {
 	if id == "" {
 		return nil, coord.Errorf(coord.CodeInvalidPolicyDefinition, "policy_id is required")
 	}
@@ -187,14 +132,14 @@ func mayManagePolicies(id coord.Identity) *coord.Error {
 
 // RegisterPolicy validates and durably registers a policy (RFC-MACP-0012
 // §7). registered_at_unix_ms is set here; the caller's value is ignored.
-func (r *Runtime) RegisterPolicy(id coord.Identity, pd *macpv1.PolicyDescriptor) *coord.Error {
+func (r *Registry) RegisterPolicy(id coord.Identity, pd *macpv1.PolicyDescriptor) *coord.Error {
 	if err := mayManagePolicies(id); err != nil {
 		return err
 	}
 	if pd == nil {
 		return coord.Errorf(coord.CodeInvalidPolicyDefinition, "policy_descriptor is required")
 	}
-	if err := r.checkDescriptorSize("policy", pd); err != nil { // registrylimits.go
+	if err := r.checkDescriptorSize("policy", pd); err != nil { // limits.go
 		return err
 	}
 	d := policy.Descriptor{ID: pd.PolicyId, Mode: pd.Mode, Description: pd.Description, Rules: pd.Rules, SchemaVersion: pd.SchemaVersion}
@@ -214,7 +159,7 @@ func (r *Runtime) RegisterPolicy(id coord.Identity, pd *macpv1.PolicyDescriptor)
 		return coord.Errorf(coord.CodeInvalidPolicyDefinition,
 			"policy %q is already registered; policy ids are immutable, register the new rules under a new id (RFC-MACP-0012 §2.3, §7)", d.ID)
 	}
-	if err := r.checkPolicyRoom(pd); err != nil { // registrylimits.go
+	if err := r.checkPolicyRoom(pd); err != nil { // limits.go
 		return err
 	}
 	if old, was := r.retiredPolicies[d.ID]; was && !old.sameRules(d) {
@@ -237,7 +182,7 @@ func (r *Runtime) RegisterPolicy(id coord.Identity, pd *macpv1.PolicyDescriptor)
 // mode, so its rules are validated against every registered mode that can
 // check rules without a session (mode.RulesValidator). A policy no session
 // could bind to is INVALID_POLICY_DEFINITION (RFC-MACP-0012 §7, §10).
-func (r *Runtime) checkPolicyModes(p *policy.Policy) *coord.Error {
+func (r *Registry) checkPolicyModes(p *policy.Policy) *coord.Error {
 	reg := r.modes.Load()
 	target := p.Descriptor.Mode
 	ids := []string{target}
@@ -266,7 +211,7 @@ func (r *Runtime) checkPolicyModes(p *policy.Policy) *coord.Error {
 
 // UnregisterPolicy removes a registered policy for new sessions; sessions
 // that already resolved it keep it (RFC-MACP-0012 §7).
-func (r *Runtime) UnregisterPolicy(id coord.Identity, policyID string) *coord.Error {
+func (r *Registry) UnregisterPolicy(id coord.Identity, policyID string) *coord.Error {
 	if err := mayManagePolicies(id); err != nil {
 		return err
 	}
@@ -292,7 +237,7 @@ func (r *Runtime) UnregisterPolicy(id coord.Identity, policyID string) *coord.Er
 	return nil
 }
 
-func (r *Runtime) persistPolicy(state byte, e registeredPolicy) *coord.Error {
+func (r *Registry) persistPolicy(state byte, e registeredPolicy) *coord.Error {
 	b, err := encodePolicy(state, e)
 	if err != nil {
 		return coord.Errorf(coord.CodeInternalError, "encoding policy descriptor")
@@ -307,7 +252,7 @@ func (r *Runtime) persistPolicy(state byte, e registeredPolicy) *coord.Error {
 // loadPolicies restores durable registrations at boot. They were validated
 // when registered and are not validated again (a SessionStart still runs
 // the mode's checks); a stored id that is now built in is ignored.
-func (r *Runtime) loadPolicies(ctx context.Context) error {
+func (r *Registry) loadPolicies(ctx context.Context) error {
 	r.polMu.Lock()
 	defer r.polMu.Unlock()
 	active := maps.Clone(*r.policies.active.Load())

@@ -1,7 +1,3 @@
-// Package verify checks a store offline (macpctl verify): for every
-// session, the integrity chain of its history (RFC-MACP-0003 §6) and a full
-// replay through the core (RFC-MACP-0003 §4), compared with what the store
-// recorded about the session (status, final metadata, final hash).
 package verify
 
 import (
@@ -13,9 +9,10 @@ import (
 	"sort"
 
 	"github.com/macpd/macpd/internal/mode"
+	"github.com/macpd/macpd/internal/registry"
+	"github.com/macpd/macpd/internal/replay"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
-	"github.com/macpd/macpd/internal/store/modereg"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -48,8 +45,8 @@ func HashString(h []byte) string { return "sha256:" + hex.EncodeToString(h) }
 //
 // Per session: List's summary must not be quarantined; Read returns every
 // record with the chain checked (record 1 chained to zeros, each record to
-// the one before, each hash over its bytes); session.Restore and Apply
-// replay the records with their recorded times (modes resolve the bound
+// the one before, each hash over its bytes); package replay folds the
+// records through the core with their recorded times (modes resolve the bound
 // modes; lim as configured); each record's stored Status must equal the
 // replayed one, its Final must be absent unless the record ended the
 // session and then equal the replayed Metadata(); and the summary (last
@@ -85,26 +82,17 @@ func Verify(ctx context.Context, st store.Store, modes session.Modes, lim sessio
 // Session verifies one session given its summary from List (see Verify).
 func Session(ctx context.Context, st store.Store, info store.SessionInfo, modes session.Modes, lim session.Limits) SessionResult {
 	res := SessionResult{SessionID: info.SessionID}
-	var s *session.Session
 	var last session.Record
-	err := st.Read(ctx, info.SessionID, 1, func(rec session.Record) error {
-		res.Records++
-		wasTerminal := s != nil && s.Status.Terminal()
-		if s == nil {
-			var err error
-			if s, err = session.Restore(rec, modes); err != nil {
-				return fmt.Errorf("replay: %w", err)
-			}
-			if rec.Status != 0 && rec.Status != s.Status {
-				return fmt.Errorf("replay diverged at record 1: the record says %s, replay says %s", rec.Status, s.Status)
-			}
-		} else if err := s.Apply(rec, lim); err != nil {
-			return fmt.Errorf("replay: %w", err)
+	check := func(step replay.Step) error {
+		rec, s := step.Record, step.Session
+		res.Records = step.N
+		if step.N == 1 && rec.Status != 0 && rec.Status != s.Status {
+			return fmt.Errorf("replay diverged at record 1: the record says %s, replay says %s", rec.Status, s.Status)
 		}
 		res.Status = s.Status
 		res.FinalHash = rec.Hash
 		last = rec
-		ended := !wasTerminal && s.Status.Terminal()
+		ended := !step.Before.Terminal() && s.Status.Terminal()
 		switch {
 		case rec.Final != nil && !ended:
 			return fmt.Errorf("record %d carries final metadata but did not end the session", rec.Seq)
@@ -114,7 +102,12 @@ func Session(ctx context.Context, st store.Store, info store.SessionInfo, modes 
 			return fmt.Errorf("record %d: stored final metadata differs from the replay: stored %v, replayed %v", rec.Seq, rec.Final, s.Metadata())
 		}
 		return nil
-	})
+	}
+	s, err := replay.Stored(ctx, st, info.SessionID, replay.Options{Modes: modes, Limits: lim, Check: check})
+	if ferr := (*replay.Error)(nil); errors.As(err, &ferr) {
+		res.Records = ferr.N
+		err = fmt.Errorf("replay: %w", ferr.Err)
+	}
 	switch {
 	case err != nil:
 		res.Err = err
@@ -136,12 +129,12 @@ func Session(ctx context.Context, st store.Store, info store.SessionInfo, modes 
 }
 
 // StoredModes returns base plus the extension modes registered durably in
-// st (package modereg; written by internal/runtime), in every state,
+// st (package registry writes them), in every state,
 // retired ones included: sessions bound to a mode that was
 // unregistered still replay. A built-in mode of base wins over a stored
 // one of the same id.
 func StoredModes(ctx context.Context, st store.Store, base *mode.Registry) (*mode.Registry, error) {
-	reg, retired, err := modereg.Load(ctx, st, base)
+	reg, retired, err := registry.LoadModes(ctx, st, base)
 	if err != nil {
 		return nil, fmt.Errorf("verify: reading stored extension modes: %w", err)
 	}

@@ -1,4 +1,4 @@
-package snapshot_test
+package snapshotio_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/snapshot"
+	"github.com/macpd/macpd/internal/snapshot/snapshotio"
 	"github.com/macpd/macpd/internal/store/memstore"
 )
 
@@ -28,37 +29,6 @@ func filledStore(t *testing.T, hs ...*hist) *memstore.Store {
 	return st
 }
 
-// The server path (stored history, no replay) and the replay path give
-// the same Input.
-func TestInputFromHistoryEqualsReplay(t *testing.T) {
-	for _, h := range []*hist{
-		resolved(t, sidA),
-		newHist(t, startOpts{id: sidB}).propose("x"),
-		newHist(t, startOpts{id: sidC}).cancel("stop"),
-		newHist(t, startOpts{id: sidD}).propose("x").expire(),
-	} {
-		a, err := snapshot.InputFromHistory(h.recs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _, err := snapshot.InputFromRecords(h.recs, registry(), limits)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(a, b) {
-			t.Errorf("%s: history %+v\nreplay %+v", h.s.ID, a, b)
-		}
-		// Records written without a status give the same state.
-		bare := append([]session.Record(nil), h.recs...)
-		for i := range bare {
-			bare[i].Status = 0
-		}
-		if c, err := snapshot.InputFromHistory(bare); err != nil || c.State != b.State {
-			t.Errorf("%s: without stored status: %v, %v", h.s.ID, c.State, err)
-		}
-	}
-}
-
 // The HTTP handler: the report of GET /macp/session/{id}/state-window
 // names a contents_ref that GET /macp/snapshots/{ref} serves; the
 // authorization callback decides both; errors carry the registry's HTTP
@@ -66,23 +36,23 @@ func TestInputFromHistoryEqualsReplay(t *testing.T) {
 func TestHandler(t *testing.T) {
 	h := resolved(t, sidA)
 	st := filledStore(t, h, newHist(t, startOpts{id: sidB, t: baseMs + 1000}))
-	svc, err := snapshot.NewService(snapshot.StoreSource{Store: st}, snapshot.ServiceOptions{EventSource: "macpd", ServerID: "default"})
+	svc, err := snapshotio.NewService(snapshotio.StoreSource{Store: st}, snapshotio.ServiceOptions{EventSource: "macpd", ServerID: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var asked []string
 	charged := 0
-	auth := func(r *http.Request, sid string) (snapshot.Caller, error) {
+	auth := func(r *http.Request, sid string) (snapshotio.Caller, error) {
 		asked = append(asked, sid)
 		switch r.Header.Get("Authorization") {
 		case "Bearer coord":
-			return snapshot.Caller{Viewer: snapshot.Viewer{Sender: "coord"}, Charge: func() error { charged++; return nil }}, nil
+			return snapshotio.Caller{Viewer: snapshot.Viewer{Sender: "coord"}, Charge: func() error { charged++; return nil }}, nil
 		case "Bearer limited":
-			return snapshot.Caller{Viewer: snapshot.Viewer{Sender: "coord"}, Charge: func() error { return coord.Errorf(coord.CodeRateLimited, "slow down") }}, nil
+			return snapshotio.Caller{Viewer: snapshot.Viewer{Sender: "coord"}, Charge: func() error { return coord.Errorf(coord.CodeRateLimited, "slow down") }}, nil
 		case "":
-			return snapshot.Caller{}, coord.Errorf(coord.CodeUnauthenticated, "no credentials")
+			return snapshotio.Caller{}, coord.Errorf(coord.CodeUnauthenticated, "no credentials")
 		}
-		return snapshot.Caller{}, coord.Errorf(coord.CodeForbidden, "not yours")
+		return snapshotio.Caller{}, coord.Errorf(coord.CodeForbidden, "not yours")
 	}
 	srv := httptest.NewServer(svc.Handler(auth))
 	defer srv.Close()
@@ -174,9 +144,9 @@ func TestWriterFiles(t *testing.T) {
 	h := resolved(t, sidA)
 	st := filledStore(t, h)
 	dir := t.TempDir()
-	o := snapshot.ServiceOptions{EventSource: "macpd", ServerID: "default", Dir: dir}
-	svc, _ := snapshot.NewService(snapshot.StoreSource{Store: st}, o)
-	w := snapshot.NewWriter(svc, dir, nil)
+	o := snapshotio.ServiceOptions{EventSource: "macpd", ServerID: "default", Dir: dir}
+	svc, _ := snapshotio.NewService(snapshotio.StoreSource{Store: st}, o)
+	w := snapshotio.NewWriter(svc, dir, nil)
 	go w.Run(context.Background())
 	if !w.Enqueue(sidA) || !w.Enqueue(sidD) {
 		t.Fatal("queue full")
@@ -193,7 +163,7 @@ func TestWriterFiles(t *testing.T) {
 	if err := snapshot.ValidateReportJSON(rep); err != nil {
 		t.Fatal(err)
 	}
-	fresh, _ := snapshot.NewService(snapshot.StoreSource{Store: memstore.New()}, o)
+	fresh, _ := snapshotio.NewService(snapshotio.StoreSource{Store: memstore.New()}, o)
 	b, sid, err := fresh.Payload(context.Background(), string(want.ID))
 	if err != nil || sid != sidA || string(b) != string(want.Bytes) {
 		t.Fatalf("payload from dir: %v %q", err, sid)
@@ -204,7 +174,7 @@ func TestWriterFiles(t *testing.T) {
 func TestStoreSourceDurableLimit(t *testing.T) {
 	h := resolved(t, sidA)
 	st := filledStore(t, h)
-	src := snapshot.StoreSource{Store: st, Durable: func(string) (uint64, bool) { return 2, true }}
+	src := snapshotio.StoreSource{Store: st, Durable: func(string) (uint64, bool) { return 2, true }}
 	recs, err := src.Records(context.Background(), sidA)
 	if err != nil || len(recs) != 2 {
 		t.Fatalf("%d records, %v", len(recs), err)

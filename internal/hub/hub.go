@@ -1,4 +1,4 @@
-package runtime
+package hub
 
 import (
 	"sync"
@@ -14,17 +14,17 @@ type Hub[T any] struct {
 	mu   sync.Mutex
 	subs map[*Sub[T]]struct{}
 	size int
-	// Optional byte bound (NewBoundedHub): a subscriber whose values not
+	// Optional byte bound (NewBounded): a subscriber whose values not
 	// yet taken (Took) cost more than maxBytes is dropped like a full one.
 	cost     func(T) int64
 	maxBytes int64
 }
 
-// NewBoundedHub is NewHub with a second bound per subscriber: the values
+// NewBounded is New with a second bound per subscriber: the values
 // it holds and has not yet taken (Took) may cost at most maxBytes. One
 // value is always allowed.
-func NewBoundedHub[T any](size int, maxBytes int64, cost func(T) int64) *Hub[T] {
-	h := NewHub[T](size)
+func NewBounded[T any](size int, maxBytes int64, cost func(T) int64) *Hub[T] {
+	h := New[T](size)
 	h.cost, h.maxBytes = cost, maxBytes
 	return h
 }
@@ -36,8 +36,8 @@ func (h *Hub[T]) Took(s *Sub[T], v T) {
 	}
 }
 
-// NewHub returns a hub whose subscribers buffer up to size values.
-func NewHub[T any](size int) *Hub[T] {
+// New returns a hub whose subscribers buffer up to size values.
+func New[T any](size int) *Hub[T] {
 	if size < 1 {
 		size = 1
 	}

@@ -1,4 +1,4 @@
-package runtime
+package streambudget
 
 import (
 	"cmp"
@@ -20,16 +20,16 @@ import (
 // Stream buffers (docs/security.md "Stream buffers"): every stream that
 // delivers session records (StreamSession, WatchSignals, SSE and WebSocket
 // followers) holds the records it has read but the client has not yet
-// taken in a StreamWindow. A window is bounded four times:
+// taken in a Window. A window is bounded four times:
 //
-//   - per stream, by StreamBudgetOptions.PerStream bytes (a window that
+//   - per stream, by Options.PerStream bytes (a window that
 //     has nothing pending may always take one record, whatever its size,
 //     so a record larger than the bound is still delivered);
-//   - per identity, by StreamBudgetOptions.PerIdentity bytes shared by
+//   - per identity, by Options.PerIdentity bytes shared by
 //     all windows of the identity that follows (Bind);
-//   - per session, by StreamBudgetOptions.PerSession bytes shared by all
+//   - per session, by Options.PerSession bytes shared by all
 //     windows that follow the session;
-//   - globally, by StreamBudgetOptions.Total bytes shared by all windows.
+//   - globally, by Options.Total bytes shared by all windows.
 //
 // An identity (a session) that holds nothing may always take one record,
 // so no share can lock its owner out. Of the global budget, Headroom bytes
@@ -46,7 +46,7 @@ import (
 // waits on its own stream's, identity's or session's bound does not hold
 // up the others.
 //
-// A record is charged (StreamCost) before it is read from the store or
+// A record is charged (Cost) before it is read from the store or
 // handed to the consumer, and released by the consumer once the transport
 // has really taken it (for gRPC: once later data has pushed it out of the
 // HTTP/2 send queue, see internal/server/stream.go). So replay is paced by
@@ -57,16 +57,16 @@ import (
 // written any more).
 //
 // A window that holds records and has released nothing for
-// StreamBudgetOptions.StallTimeout is stalled: Acquire fails with
+// Options.StallTimeout is stalled: Acquire fails with
 // ErrStalled (RATE_LIMITED), and the transport ends the stream with it; the
 // client resumes with the cursor it last received (docs/resume.md). A
 // window that holds nothing and only waits for the budget (other streams
 // hold it) is not stalled: it waits.
 
-// DefaultStreamBudget are the documented defaults. PerIdentity and
+// Default are the documented defaults. PerIdentity and
 // PerSession default to Total/8 and Total/4 (32 and 64 MiB of the default
 // budget), Headroom to Total/8.
-var DefaultStreamBudget = StreamBudgetOptions{
+var Default = Options{
 	PerStream:    1 << 20,
 	Total:        256 << 20,
 	PerIdentity:  32 << 20,
@@ -75,11 +75,11 @@ var DefaultStreamBudget = StreamBudgetOptions{
 	StallTimeout: 30 * time.Second,
 }
 
-// StreamBudgetOptions tune the stream buffers (MACP_STREAM_BUFFER_BYTES,
+// Options tune the stream buffers (MACP_STREAM_BUFFER_BYTES,
 // MACP_STREAM_BUFFER_BUDGET_BYTES, MACP_STREAM_BUFFER_IDENTITY_BYTES,
 // MACP_STREAM_BUFFER_SESSION_BYTES, MACP_STREAM_STALL_TIMEOUT_MS).
-type StreamBudgetOptions struct {
-	// PerStream bounds the bytes (StreamCost) one stream holds.
+type Options struct {
+	// PerStream bounds the bytes (Cost) one stream holds.
 	PerStream int64
 	// Total bounds the bytes all streams hold together.
 	Total int64
@@ -100,29 +100,29 @@ type StreamBudgetOptions struct {
 	Logger *slog.Logger
 }
 
-// StreamCostOverhead is what every record counts besides its encoding:
+// CostOverhead is what every record counts besides its encoding:
 // the decoded structs and the queue entry.
-const StreamCostOverhead = 512
+const CostOverhead = 512
 
-// StreamCost is what a record counts against the stream buffers: twice
+// Cost is what a record counts against the stream buffers: twice
 // its envelope's encoded size (the decoded record and its wire encoding
-// in the transport's send queue coexist) plus StreamCostOverhead. The
+// in the transport's send queue coexist) plus CostOverhead. The
 // same record always costs the same, so the consumer can release what the
 // follower charged.
-func StreamCost(rec session.Record) int64 {
+func Cost(rec session.Record) int64 {
 	if rec.Envelope == nil {
-		return StreamCostOverhead
+		return CostOverhead
 	}
-	return 2*int64(proto.Size(rec.Envelope)) + StreamCostOverhead
+	return 2*int64(proto.Size(rec.Envelope)) + CostOverhead
 }
 
 // throttleLogEvery is the least time between two log lines about
 // throttled identities.
 const throttleLogEvery = 10 * time.Second
 
-// StreamBudget is the global budget of stream buffers.
-type StreamBudget struct {
-	opts  StreamBudgetOptions
+// Budget is the global budget of stream buffers.
+type Budget struct {
+	opts  Options
 	clock clock.Clock
 
 	mu         sync.Mutex
@@ -154,22 +154,22 @@ type holder struct {
 
 // waiter is one waiting Acquire call.
 type waiter struct {
-	w           *StreamWindow
+	w           *Window
 	n           int64
 	ready       chan struct{} // closed when granted, or when w closed
 	granted     bool
 	ident, sess *holder // the holders whose waiting count it is in
 }
 
-// NewStreamBudget returns a budget; zero fields take DefaultStreamBudget's
+// New returns a budget; zero fields take Default's
 // values or fractions of Total (StallTimeout < 0 disables the stall
 // limit). c times the stall limit; nil = the wall clock.
-func NewStreamBudget(o StreamBudgetOptions, c clock.Clock) *StreamBudget {
+func New(o Options, c clock.Clock) *Budget {
 	if o.PerStream <= 0 {
-		o.PerStream = DefaultStreamBudget.PerStream
+		o.PerStream = Default.PerStream
 	}
 	if o.Total <= 0 {
-		o.Total = DefaultStreamBudget.Total
+		o.Total = Default.Total
 	}
 	if o.PerIdentity <= 0 {
 		o.PerIdentity = max(o.Total/8, 1)
@@ -182,28 +182,20 @@ func NewStreamBudget(o StreamBudgetOptions, c clock.Clock) *StreamBudget {
 	}
 	o.Headroom = min(o.Headroom, o.Total)
 	if o.StallTimeout == 0 {
-		o.StallTimeout = DefaultStreamBudget.StallTimeout
+		o.StallTimeout = Default.StallTimeout
 	}
-	return &StreamBudget{
+	return &Budget{
 		opts: o, clock: clock.OrReal(c),
 		identities: map[string]*holder{}, sessions: map[string]*holder{},
 		stallLog: limits.NewLogEvery(o.Logger, throttleLogEvery),
 	}
 }
 
-// streamBudgetLogger is o with l as its Logger unless it has one.
-func streamBudgetLogger(o StreamBudgetOptions, l *slog.Logger) StreamBudgetOptions {
-	if o.Logger == nil {
-		o.Logger = l
-	}
-	return o
-}
-
 // Options returns the budget's settings.
-func (b *StreamBudget) Options() StreamBudgetOptions { return b.opts }
+func (b *Budget) Options() Options { return b.opts }
 
-// StreamBudgetStats are the budget's figures (metrics).
-type StreamBudgetStats struct {
+// Stats are the budget's figures (metrics).
+type Stats struct {
 	Used, Total int64 // bytes held by all windows, and the budget
 	Windows     int64 // open windows
 	Stalled     int64 // windows ended as stalled, since start
@@ -214,15 +206,15 @@ type StreamBudgetStats struct {
 }
 
 // Stats returns the current figures.
-func (b *StreamBudget) Stats() StreamBudgetStats {
-	return StreamBudgetStats{
+func (b *Budget) Stats() Stats {
+	return Stats{
 		Used: b.usedGauge.Load(), Total: b.opts.Total, Windows: b.windows.Load(),
 		Stalled: b.stalled.Load(), Waits: b.waits.Load(), Throttled: b.throttled.Load(),
 	}
 }
 
-// StreamHolder is what one identity or session holds (TopHolders).
-type StreamHolder struct {
+// Holder is what one identity or session holds (TopHolders).
+type Holder struct {
 	Name    string
 	Bytes   int64
 	Windows int
@@ -230,15 +222,15 @@ type StreamHolder struct {
 
 // TopHolders returns the k identities and the k sessions that hold the
 // most, largest first (metrics).
-func (b *StreamBudget) TopHolders(k int) (identities, sessions []StreamHolder) {
-	top := func(m map[string]*holder) []StreamHolder {
-		out := make([]StreamHolder, 0, min(len(m), k+1))
+func (b *Budget) TopHolders(k int) (identities, sessions []Holder) {
+	top := func(m map[string]*holder) []Holder {
+		out := make([]Holder, 0, min(len(m), k+1))
 		for name, h := range m {
 			if h.used == 0 {
 				continue
 			}
-			out = append(out, StreamHolder{Name: name, Bytes: h.used, Windows: h.windows})
-			slices.SortFunc(out, func(a, b StreamHolder) int {
+			out = append(out, Holder{Name: name, Bytes: h.used, Windows: h.windows})
+			slices.SortFunc(out, func(a, b Holder) int {
 				if a.Bytes != b.Bytes {
 					return cmp.Compare(b.Bytes, a.Bytes)
 				}
@@ -256,7 +248,7 @@ func (b *StreamBudget) TopHolders(k int) (identities, sessions []StreamHolder) {
 }
 
 // Held returns what the windows of identity and of sessionID hold now.
-func (b *StreamBudget) Held(identity, sessionID string) (byIdentity, bySession int64) {
+func (b *Budget) Held(identity, sessionID string) (byIdentity, bySession int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if h := b.identities[identity]; h != nil {
@@ -268,13 +260,13 @@ func (b *StreamBudget) Held(identity, sessionID string) (byIdentity, bySession i
 	return byIdentity, bySession
 }
 
-// StreamWindow is one stream's share of the budget. It counts what the
+// Window is one stream's share of the budget. It counts what the
 // stream holds in two parts: pending (charged, not yet handed to the
 // transport) and sent (handed to the transport, which may still hold it
 // until the client reads). Acquire is called by one goroutine (the
 // follower); the others by any; Close once, at the end.
-type StreamWindow struct {
-	b *StreamBudget
+type Window struct {
+	b *Budget
 	// Guarded by b.mu.
 	pending, sent    int64
 	lastProgress     time.Time // last Sent or ReleaseSent
@@ -286,15 +278,15 @@ type StreamWindow struct {
 
 // NewWindow opens a stream's window. It counts against the identity's
 // and the session's shares once bound (Bind; Follow binds its window).
-func (b *StreamBudget) NewWindow() *StreamWindow {
+func (b *Budget) NewWindow() *Window {
 	b.windows.Add(1)
-	return &StreamWindow{b: b, lastProgress: b.clock.Now()}
+	return &Window{b: b, lastProgress: b.clock.Now()}
 }
 
 // Bind counts the window against the shares of identity and sessionID
 // from now on, moving what it holds; an empty argument leaves that part
 // as it is.
-func (w *StreamWindow) Bind(identity, sessionID string) {
+func (w *Window) Bind(identity, sessionID string) {
 	b := w.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -324,7 +316,7 @@ func (w *StreamWindow) Bind(identity, sessionID string) {
 
 // rebind moves a window holding held from old (named oldName, or nil) to
 // the holder named name in m, and returns the latter.
-func (b *StreamBudget) rebind(m map[string]*holder, old *holder, oldName, name string, held int64) *holder {
+func (b *Budget) rebind(m map[string]*holder, old *holder, oldName, name string, held int64) *holder {
 	detach(m, old, oldName, held)
 	h := m[name]
 	if h == nil {
@@ -351,7 +343,7 @@ func detach(m map[string]*holder, h *holder, name string, held int64) {
 // errStalled is the error that ends a stalled stream (see above); the
 // stall is logged (at most one line per throttleLogEvery).
 // The caller does not hold b.mu.
-func errStalled(w *StreamWindow, held int64) *coord.Error {
+func errStalled(w *Window, held int64) *coord.Error {
 	w.b.mu.Lock()
 	identity, sessID := w.identity, w.sessID
 	w.b.mu.Unlock()
@@ -377,7 +369,7 @@ const (
 // in the transport until its client reads, and must not block it
 // forever); an identity or session that holds nothing may always take one
 // record; the headroom is for windows that hold nothing.
-func (w *StreamWindow) checkLocked(n int64) int {
+func (w *Window) checkLocked(n int64) int {
 	b := w.b
 	if w.closed {
 		return windowClosed
@@ -403,7 +395,7 @@ func (w *StreamWindow) checkLocked(n int64) int {
 }
 
 // barredLocked says whether w waits behind a queued waiter of its class.
-func (w *StreamWindow) barredLocked() bool {
+func (w *Window) barredLocked() bool {
 	if w.pending+w.sent == 0 {
 		return w.b.barEmpty
 	}
@@ -412,7 +404,7 @@ func (w *StreamWindow) barredLocked() bool {
 
 // chargeLocked changes what w holds by n (pending or sent was changed by
 // the caller, who holds b.mu). A decrease lets waiters go on.
-func (w *StreamWindow) chargeLocked(n int64) {
+func (w *Window) chargeLocked(n int64) {
 	b := w.b
 	b.used += n
 	b.usedGauge.Store(b.used)
@@ -432,14 +424,14 @@ func (w *StreamWindow) chargeLocked(n int64) {
 // stream, identity or session. Others wait on bounds w's release does not
 // change, so the queue is not scanned for them (a release costs O(1) while
 // one identity's hundreds of streams wait on its share).
-func (b *StreamBudget) affectedLocked(w *StreamWindow) bool {
+func (b *Budget) affectedLocked(w *Window) bool {
 	return len(b.queue) > 0 && (b.barHeld || b.barEmpty || w.queued != nil ||
 		(w.ident != nil && w.ident.waiting > 0) || (w.sess != nil && w.sess.waiting > 0))
 }
 
 // queueLocked counts wt as waiting (its window and holders); unqueueLocked
 // undoes it.
-func (b *StreamBudget) queueLocked(wt *waiter) {
+func (b *Budget) queueLocked(wt *waiter) {
 	wt.w.queued = wt
 	wt.ident, wt.sess = wt.w.ident, wt.w.sess
 	if wt.ident != nil {
@@ -450,7 +442,7 @@ func (b *StreamBudget) queueLocked(wt *waiter) {
 	}
 }
 
-func (b *StreamBudget) unqueueLocked(wt *waiter) {
+func (b *Budget) unqueueLocked(wt *waiter) {
 	if wt.w.queued == wt {
 		wt.w.queued = nil
 	}
@@ -466,7 +458,7 @@ func (b *StreamBudget) unqueueLocked(wt *waiter) {
 // grantLocked grants the queued waiters whose bounds allow it, in order,
 // drops those whose window closed, and sets the barriers; the caller
 // holds b.mu.
-func (b *StreamBudget) grantLocked() {
+func (b *Budget) grantLocked() {
 	b.barHeld, b.barEmpty = false, false
 	kept := b.queue[:0]
 	for _, wt := range b.queue {
@@ -508,7 +500,7 @@ func (b *StreamBudget) grantLocked() {
 }
 
 // removeLocked takes wt out of the queue (it gave up).
-func (b *StreamBudget) removeLocked(wt *waiter) {
+func (b *Budget) removeLocked(wt *waiter) {
 	if i := slices.Index(b.queue, wt); i >= 0 {
 		b.unqueueLocked(wt)
 		b.queue = slices.Delete(b.queue, i, i+1)
@@ -518,7 +510,7 @@ func (b *StreamBudget) removeLocked(wt *waiter) {
 
 // tryLocked takes n if the bounds allow it and no earlier waiter of its
 // class waits for the global budget; the caller holds b.mu.
-func (w *StreamWindow) tryLocked(n int64) (int, bool) {
+func (w *Window) tryLocked(n int64) (int, bool) {
 	c := w.checkLocked(n)
 	if c != fits {
 		return c, false
@@ -532,7 +524,7 @@ func (w *StreamWindow) tryLocked(n int64) (int, bool) {
 }
 
 // TryAcquire takes n bytes (pending) if the bounds allow it now.
-func (w *StreamWindow) TryAcquire(n int64) bool {
+func (w *Window) TryAcquire(n int64) bool {
 	w.b.mu.Lock()
 	defer w.b.mu.Unlock()
 	_, ok := w.tryLocked(n)
@@ -541,7 +533,7 @@ func (w *StreamWindow) TryAcquire(n int64) bool {
 
 // throttledLocked counts (and now and then logs) an Acquire that waits on
 // its identity's or session's share; the caller holds b.mu.
-func (w *StreamWindow) throttledLocked() {
+func (w *Window) throttledLocked() {
 	b := w.b
 	b.throttled.Add(1)
 	b.unlogged++
@@ -570,7 +562,7 @@ func (w *StreamWindow) throttledLocked() {
 // it. It fails with ctx's error, or with a RATE_LIMITED *coord.Error when
 // the stream is stalled: it holds something and neither sent nor released
 // anything for StallTimeout while this call waited.
-func (w *StreamWindow) Acquire(ctx context.Context, n int64) error {
+func (w *Window) Acquire(ctx context.Context, n int64) error {
 	b := w.b
 	b.mu.Lock()
 	why, ok := w.tryLocked(n)
@@ -664,7 +656,7 @@ func (w *StreamWindow) Acquire(ctx context.Context, n int64) error {
 
 // Release returns n pending bytes that never reached the transport (a
 // record the consumer skipped or dropped).
-func (w *StreamWindow) Release(n int64) {
+func (w *Window) Release(n int64) {
 	b := w.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -678,7 +670,7 @@ func (w *StreamWindow) Release(n int64) {
 
 // Sent moves n bytes from pending to sent: the transport accepted them
 // (for gRPC: Send returned). It counts as progress.
-func (w *StreamWindow) Sent(n int64) {
+func (w *Window) Sent(n int64) {
 	b := w.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -695,7 +687,7 @@ func (w *StreamWindow) Sent(n int64) {
 }
 
 // ReleaseSent returns n sent bytes: the transport no longer holds them.
-func (w *StreamWindow) ReleaseSent(n int64) {
+func (w *Window) ReleaseSent(n int64) {
 	b := w.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -710,7 +702,7 @@ func (w *StreamWindow) ReleaseSent(n int64) {
 
 // Close returns everything the window still holds; the window is not used
 // again (later calls change nothing). Safe to call more than once.
-func (w *StreamWindow) Close() {
+func (w *Window) Close() {
 	b := w.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -732,7 +724,7 @@ func (w *StreamWindow) Close() {
 
 // StallTimeout is the budget's stall limit (0: none), for consumers that
 // wait on their own queues.
-func (w *StreamWindow) StallTimeout() time.Duration {
+func (w *Window) StallTimeout() time.Duration {
 	if w.b.opts.StallTimeout < 0 {
 		return 0
 	}
@@ -741,25 +733,10 @@ func (w *StreamWindow) StallTimeout() time.Duration {
 
 // Stalled counts the window as stalled and returns the error that ends
 // its stream, for consumers whose own queue stayed full for StallTimeout.
-func (w *StreamWindow) Stalled() error {
+func (w *Window) Stalled() error {
 	w.b.stalled.Add(1)
 	w.b.mu.Lock()
 	held := w.pending + w.sent
 	w.b.mu.Unlock()
 	return errStalled(w, held)
-}
-
-// StreamBudget returns the runtime's budget of stream buffers: transports
-// open one window per stream (StreamBudget().NewWindow()) and pass it in
-// FollowOptions.Window.
-func (r *Runtime) StreamBudget() *StreamBudget { return r.streams }
-
-// releaseAll returns the window's charges for records not delivered.
-func releaseAll(w *StreamWindow, recs []session.Record) {
-	if w == nil {
-		return
-	}
-	for _, rec := range recs {
-		w.Release(StreamCost(rec))
-	}
 }

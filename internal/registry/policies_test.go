@@ -1,4 +1,4 @@
-package runtime
+package registry
 
 import (
 	"context"
@@ -9,9 +9,12 @@ import (
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/mode"
+	"github.com/macpd/macpd/internal/mode/decision"
 	"github.com/macpd/macpd/internal/policy"
 	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/internal/store/memstore"
+	"google.golang.org/protobuf/proto"
 )
 
 var adminID = coord.Identity{Sender: "agent://admin", Caps: coord.Capabilities{CanManageModeRegistry: true}}
@@ -37,7 +40,7 @@ func testPolicy(id string) *macpv1.PolicyDescriptor {
 // INTERNAL_ERROR and leaves the registry (and its watchers) unchanged.
 func TestRegisterPolicyNotStoredNotRegistered(t *testing.T) {
 	st := &metaFailStore{Store: memstore.New()}
-	r := newRT(t, st, Options{})
+	r := newReg(t, st)
 	sub := r.PolicyChanges.Subscribe()
 	defer r.PolicyChanges.Unsubscribe(sub)
 	st.fail = true
@@ -91,10 +94,9 @@ func TestBuiltinPoliciesProtected(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := New(st, testModes(), extraBuiltins{}, Options{})
-	if err := r.Start(context.Background()); err != nil {
+	if err := r.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
 	if got := r.Policies(""); len(got) != 2 || got[0].PolicyId != "policy.default" || got[1].PolicyId != "policy.site.strict" || got[1].Rules != "{}" {
 		t.Fatalf("Policies = %v", got)
 	}
@@ -109,10 +111,10 @@ func TestBuiltinPoliciesProtected(t *testing.T) {
 	}
 }
 
-// A stored registration that does not decode fails Start (as a corrupt
+// A stored registration that does not decode fails Load (so the start) (as a corrupt
 // extension-mode registration does) rather than silently losing a policy
 // that sessions may be started under.
-func TestCorruptStoredPolicyFailsStart(t *testing.T) {
+func TestCorruptStoredPolicyFailsLoad(t *testing.T) {
 	for name, val := range map[string][]byte{
 		"empty":         {},
 		"unknown state": append([]byte{'X'}, mustMarshal(testPolicy("policy.t.a"))...),
@@ -124,12 +126,9 @@ func TestCorruptStoredPolicyFailsStart(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := New(st, testModes(), policy.DefaultOnly{}, Options{})
-		err := r.Start(context.Background())
+		err := r.Load(context.Background())
 		if err == nil || !strings.Contains(err.Error(), "registered policies") {
-			t.Errorf("%s: Start = %v", name, err)
-		}
-		if err == nil {
-			r.Close()
+			t.Errorf("%s: Load = %v", name, err)
 		}
 	}
 	// A value stored under another id's key.
@@ -137,16 +136,15 @@ func TestCorruptStoredPolicyFailsStart(t *testing.T) {
 	b, _ := encodePolicy(policyActive, registeredPolicy{desc: policy.Descriptor{ID: "policy.t.b", Mode: "*", Rules: "{}", SchemaVersion: 1}})
 	_ = st.PutMeta(context.Background(), policyStoreKey("policy.t.a"), b)
 	r := New(st, testModes(), policy.DefaultOnly{}, Options{})
-	if err := r.Start(context.Background()); err == nil {
-		r.Close()
-		t.Fatal("Start accepted a registration filed under another id")
+	if err := r.Load(context.Background()); err == nil {
+		t.Fatal("Load accepted a registration filed under another id")
 	}
 }
 
 // Registrations are serialized: of concurrent registrations of one id
 // exactly one wins, and the lookup the core uses sees it.
 func TestConcurrentPolicyRegistration(t *testing.T) {
-	r := newRT(t, memstore.New(), Options{})
+	r := newReg(t, memstore.New())
 	const n = 16
 	errs := make(chan *coord.Error, n)
 	for range n {
@@ -169,4 +167,26 @@ func TestConcurrentPolicyRegistration(t *testing.T) {
 	if ids := r.Policies("macp.mode.decision.v1"); !slices.ContainsFunc(ids, func(d *macpv1.PolicyDescriptor) bool { return d.PolicyId == "policy.t.race" }) {
 		t.Fatalf("Policies %v", ids)
 	}
+}
+
+// newReg is a Registry over st with the decision mode, loaded.
+func newReg(t *testing.T, st MetaStore) *Registry {
+	t.Helper()
+	r := New(st, testModes(), policy.DefaultOnly{}, Options{})
+	if err := r.Load(context.Background()); err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	return r
+}
+
+func testModes() *mode.Registry {
+	return mode.NewRegistry(mode.Entry{Mode: decision.New(), Kind: mode.Standard, BuiltIn: true})
+}
+
+func mustMarshal(m proto.Message) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

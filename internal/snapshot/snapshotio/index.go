@@ -1,9 +1,11 @@
-package snapshot
+package snapshotio
 
 import (
 	"context"
 	"slices"
 	"sync"
+
+	"github.com/macpd/macpd/internal/snapshot"
 )
 
 // startIndex is the Service's in-memory index of SessionStarts by
@@ -16,25 +18,25 @@ type startIndex struct {
 	mu    sync.Mutex
 	built bool
 	known map[string]bool
-	by    map[string][]Start // initiator -> starts in startLess order
+	by    map[string][]snapshot.Start // initiator -> starts in startLess order
 }
 
 func newStartIndex() *startIndex {
-	return &startIndex{known: map[string]bool{}, by: map[string][]Start{}}
+	return &startIndex{known: map[string]bool{}, by: map[string][]snapshot.Start{}}
 }
 
 // add inserts st unless its session is indexed already (mu held).
-func (x *startIndex) add(st Start) {
+func (x *startIndex) add(st snapshot.Start) {
 	if x.known[st.SessionID] {
 		return
 	}
 	x.known[st.SessionID] = true
 	list := x.by[st.Initiator]
-	i, _ := slices.BinarySearchFunc(list, st, startCmp)
+	i, _ := slices.BinarySearchFunc(list, st, snapshot.CompareStarts)
 	x.by[st.Initiator] = slices.Insert(list, i, st)
 }
 
-func (x *startIndex) note(st Start) {
+func (x *startIndex) note(st snapshot.Start) {
 	x.mu.Lock()
 	x.add(st)
 	x.mu.Unlock()
@@ -44,13 +46,13 @@ func (x *startIndex) invalidate() {
 	x.mu.Lock()
 	x.built = false
 	x.known = map[string]bool{}
-	x.by = map[string][]Start{}
+	x.by = map[string][]snapshot.Start{}
 	x.mu.Unlock()
 }
 
 // subsequent is Subsequent over the index: me must be the session's own
 // start (added if missing).
-func (x *startIndex) subsequent(ctx context.Context, src Source, me Start, n int, v Viewer) ([]string, error) {
+func (x *startIndex) subsequent(ctx context.Context, src Source, me snapshot.Start, n int, v snapshot.Viewer) ([]string, error) {
 	x.mu.Lock()
 	built := x.built
 	x.mu.Unlock()
@@ -70,7 +72,7 @@ func (x *startIndex) subsequent(ctx context.Context, src Source, me Start, n int
 	defer x.mu.Unlock()
 	x.add(me)
 	list := x.by[me.Initiator]
-	i, _ := slices.BinarySearchFunc(list, me, startCmp)
+	i, _ := slices.BinarySearchFunc(list, me, snapshot.CompareStarts)
 	out := []string{}
 	for _, st := range list[i+1:] {
 		if len(out) == n {

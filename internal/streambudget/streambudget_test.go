@@ -1,4 +1,4 @@
-package runtime
+package streambudget
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ import (
 // limit runs on a fake clock the test advances.
 func TestStreamWindowBounds(t *testing.T) {
 	clk := clocktest.New()
-	b := NewStreamBudget(StreamBudgetOptions{PerStream: 100, Total: 1000, StallTimeout: 50 * time.Millisecond}, clk)
+	b := New(Options{PerStream: 100, Total: 1000, StallTimeout: 50 * time.Millisecond}, clk)
 	w1, w2, w3 := b.NewWindow(), b.NewWindow(), b.NewWindow()
 	if !w1.TryAcquire(400) {
 		t.Fatal("an empty window must take one record larger than the bound")
@@ -48,7 +48,7 @@ func TestStreamWindowBounds(t *testing.T) {
 		t.Fatalf("Acquire after a release: %v", err)
 	}
 	w2.Close()
-	big := NewStreamBudget(StreamBudgetOptions{PerStream: 100, Total: 150, StallTimeout: 50 * time.Millisecond}, clk)
+	big := New(Options{PerStream: 100, Total: 150, StallTimeout: 50 * time.Millisecond}, clk)
 	w := big.NewWindow()
 	if !w.TryAcquire(100) {
 		t.Fatal("first record")
@@ -88,8 +88,8 @@ func TestStreamWindowBounds(t *testing.T) {
 // one record, and the headroom lets a window that holds nothing take one
 // record however full the rest of the budget is.
 func TestStreamWindowShares(t *testing.T) {
-	b := NewStreamBudget(StreamBudgetOptions{PerStream: 100, Total: 1000, PerIdentity: 250, PerSession: 400, Headroom: 200}, clocktest.New())
-	var mal []*StreamWindow
+	b := New(Options{PerStream: 100, Total: 1000, PerIdentity: 250, PerSession: 400, Headroom: 200}, clocktest.New())
+	var mal []*Window
 	for i := range 10 {
 		w := b.NewWindow()
 		w.Bind("mallory", "s-mal")
@@ -121,7 +121,7 @@ func TestStreamWindowShares(t *testing.T) {
 	}
 	// Fill the ordinary part of the budget (Total - Headroom = 800) with
 	// other identities' windows that hold something already.
-	var fill []*StreamWindow
+	var fill []*Window
 	for i := range 3 {
 		w := b.NewWindow()
 		w.Bind(fmt.Sprint("f", i), fmt.Sprint("sf", i))
@@ -171,9 +171,9 @@ func TestStreamWindowShares(t *testing.T) {
 // they started waiting (a later, smaller one does not overtake), while one
 // that waits on its own identity's share does not hold up the others.
 func TestStreamWindowFairWakeUp(t *testing.T) {
-	b := NewStreamBudget(StreamBudgetOptions{PerStream: 1000, Total: 1000, PerIdentity: 600, PerSession: 1000, Headroom: 1}, clocktest.New())
+	b := New(Options{PerStream: 1000, Total: 1000, PerIdentity: 600, PerSession: 1000, Headroom: 1}, clocktest.New())
 	ctx := context.Background()
-	take := func(who, sess string, n int64) *StreamWindow {
+	take := func(who, sess string, n int64) *Window {
 		w := b.NewWindow()
 		w.Bind(who, sess)
 		if !w.TryAcquire(n) {
@@ -223,7 +223,7 @@ func TestStreamWindowFairWakeUp(t *testing.T) {
 		t.Errorf("%d waiters left in the queue", len(b.queue))
 	}
 	b.mu.Unlock()
-	for _, w := range []*StreamWindow{hog, hog2, mw, mw2, big, small} {
+	for _, w := range []*Window{hog, hog2, mw, mw2, big, small} {
 		w.Close()
 	}
 	if u := b.Stats().Used; u != 0 {
@@ -234,7 +234,7 @@ func TestStreamWindowFairWakeUp(t *testing.T) {
 // A window closed while its Acquire waits ends the Acquire, and a
 // cancelled Acquire leaves the queue: neither blocks later waiters.
 func TestStreamWindowWaiterLeaves(t *testing.T) {
-	b := NewStreamBudget(StreamBudgetOptions{PerStream: 1000, Total: 100, Headroom: 1}, clocktest.New())
+	b := New(Options{PerStream: 1000, Total: 100, Headroom: 1}, clocktest.New())
 	hog := b.NewWindow()
 	if !hog.TryAcquire(100) {
 		t.Fatal("hog")
@@ -272,7 +272,7 @@ func TestStreamWindowWaiterLeaves(t *testing.T) {
 func TestStreamBudgetLogsAbuse(t *testing.T) {
 	var buf bytes.Buffer
 	clk := clocktest.New()
-	b := NewStreamBudget(StreamBudgetOptions{PerStream: 100, Total: 1000, PerIdentity: 100, StallTimeout: 50 * time.Millisecond,
+	b := New(Options{PerStream: 100, Total: 1000, PerIdentity: 100, StallTimeout: 50 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&buf, nil))}, clk)
 	w1 := b.NewWindow()
 	w1.Bind("mallory", "s")
@@ -304,7 +304,7 @@ func TestStreamBudgetLogsAbuse(t *testing.T) {
 // A grant that races with the end of its Acquire's context and the close
 // of its window is returned once: the budget never goes negative.
 func TestStreamWindowGrantRacingCloseCountsOnce(t *testing.T) {
-	b := NewStreamBudget(StreamBudgetOptions{PerStream: 1000, Total: 100, Headroom: 1}, clocktest.New())
+	b := New(Options{PerStream: 1000, Total: 100, Headroom: 1}, clocktest.New())
 	for range 200 {
 		hog := b.NewWindow()
 		if !hog.TryAcquire(100) {

@@ -1,4 +1,4 @@
-package snapshot
+package snapshotio
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"io"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/snapshot"
 )
 
 // FromRuntime reads a session's Input from a running runtime with only
@@ -20,40 +21,40 @@ import (
 // lists the subsequent sessions (ListSessions: the ones the caller may
 // observe, the same candidates as the HTTP report's for that caller). The
 // Input equals the one the runtime's own history gives.
-func FromRuntime(ctx context.Context, rpc macpv1.MACPRuntimeServiceClient, sessionID string, decay int) (Input, []string, error) {
+func FromRuntime(ctx context.Context, rpc macpv1.MACPRuntimeServiceClient, sessionID string, decay int) (snapshot.Input, []string, error) {
 	envs, err := ReadHistory(ctx, rpc, sessionID)
 	if err != nil {
-		return Input{}, nil, err
+		return snapshot.Input{}, nil, err
 	}
 	resp, err := rpc.GetSession(ctx, &macpv1.GetSessionRequest{SessionId: sessionID})
 	if err != nil {
-		return Input{}, nil, err
+		return snapshot.Input{}, nil, err
 	}
 	md := resp.GetMetadata()
 	if md.GetState() != macpv1.SessionState_SESSION_STATE_OPEN {
 		if envs, err = ReadHistory(ctx, rpc, sessionID); err != nil {
-			return Input{}, nil, err
+			return snapshot.Input{}, nil, err
 		}
 	}
 	var sub []string
 	if decay > 0 {
-		var starts []Start
+		var starts []snapshot.Start
 		for token := ""; ; {
 			page, err := rpc.ListSessions(ctx, &macpv1.ListSessionsRequest{PageToken: token})
 			if err != nil {
-				return Input{}, nil, err
+				return snapshot.Input{}, nil, err
 			}
 			for _, m := range page.GetSessions() {
-				starts = append(starts, Start{SessionID: m.GetSessionId(), Initiator: m.GetInitiator(), Participants: m.GetParticipants(), AcceptedAtMs: m.GetStartedAtUnixMs()})
+				starts = append(starts, snapshot.Start{SessionID: m.GetSessionId(), Initiator: m.GetInitiator(), Participants: m.GetParticipants(), AcceptedAtMs: m.GetStartedAtUnixMs()})
 			}
 			if token = page.GetNextPageToken(); token == "" {
 				break
 			}
 		}
 		// The runtime listed only what the caller may observe.
-		sub = Subsequent(starts, sessionID, decay, Viewer{Observer: true})
+		sub = snapshot.Subsequent(starts, sessionID, decay, snapshot.Viewer{Observer: true})
 	}
-	return InputFromWire(md, envs), sub, nil
+	return snapshot.InputFromWire(md, envs), sub, nil
 }
 
 // ReadHistory reads a session's accepted envelopes in sequence order over

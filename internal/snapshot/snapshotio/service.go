@@ -1,4 +1,4 @@
-package snapshot
+package snapshotio
 
 import (
 	"context"
@@ -13,16 +13,17 @@ import (
 	"sync"
 
 	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/snapshot"
 	"github.com/macpd/macpd/internal/store"
 )
 
 // Query selects the profile and window of a state-window request.
 type Query struct {
-	Profile   Class // ProfileDefault when empty
-	DecayRuns int   // 0: session window
+	Profile   snapshot.Class // ProfileDefault when empty
+	DecayRuns int            // 0: session window
 	// Viewer is the caller; a cross_session_decay window lists only the
 	// sessions it may observe.
-	Viewer Viewer
+	Viewer snapshot.Viewer
 }
 
 // ServiceOptions configure a Service.
@@ -47,8 +48,8 @@ type Service struct {
 	idx *startIndex // SessionStarts by initiator (index.go)
 
 	mu    sync.Mutex
-	cache map[Hash]cached
-	order []Hash // insertion order, for eviction
+	cache map[snapshot.Hash]cached
+	order []snapshot.Hash // insertion order, for eviction
 	bytes int
 }
 
@@ -65,12 +66,12 @@ func NewService(src Source, o ServiceOptions) (*Service, error) {
 	if o.CacheBytes <= 0 {
 		o.CacheBytes = 32 << 20
 	}
-	return &Service{src: src, opts: o, idx: newStartIndex(), cache: map[Hash]cached{}}, nil
+	return &Service{src: src, opts: o, idx: newStartIndex(), cache: map[snapshot.Hash]cached{}}, nil
 }
 
 // NoteStart adds a session to the index cross_session_decay windows read
 // (the App calls it for every lifecycle CREATED event).
-func (s *Service) NoteStart(st Start) { s.idx.note(st) }
+func (s *Service) NoteStart(st snapshot.Start) { s.idx.note(st) }
 
 // InvalidateIndex makes the next cross_session_decay window rebuild the
 // index from the Source (after the feed calling NoteStart fell behind).
@@ -79,43 +80,43 @@ func (s *Service) InvalidateIndex() { s.idx.invalidate() }
 // Snapshot computes the sealed payload of a session from its durable
 // history. Errors are *coord.Error: SESSION_NOT_FOUND, INVALID_ENVELOPE
 // for a bad query, INTERNAL_ERROR otherwise.
-func (s *Service) Snapshot(ctx context.Context, sessionID string, q Query) (Sealed, error) {
+func (s *Service) Snapshot(ctx context.Context, sessionID string, q Query) (snapshot.Sealed, error) {
 	if q.Profile == "" {
-		q.Profile = ProfileDefault
+		q.Profile = snapshot.ProfileDefault
 	}
-	if q.Profile != ProfileDefault && q.Profile != ProfileStrict {
-		return Sealed{}, coord.Errorf(coord.CodeInvalidEnvelope, "profile must be default or strict")
+	if q.Profile != snapshot.ProfileDefault && q.Profile != snapshot.ProfileStrict {
+		return snapshot.Sealed{}, coord.Errorf(coord.CodeInvalidEnvelope, "profile must be default or strict")
 	}
 	if q.DecayRuns < 0 || q.DecayRuns > maxDecayRuns {
-		return Sealed{}, coord.Errorf(coord.CodeInvalidEnvelope, "decay_runs must be between 1 and %d", maxDecayRuns)
+		return snapshot.Sealed{}, coord.Errorf(coord.CodeInvalidEnvelope, "decay_runs must be between 1 and %d", maxDecayRuns)
 	}
 	recs, err := s.src.Records(ctx, sessionID)
 	if errors.Is(err, store.ErrNotFound) {
-		return Sealed{}, coord.Errorf(coord.CodeSessionNotFound, "session %s not found", sessionID)
+		return snapshot.Sealed{}, coord.Errorf(coord.CodeSessionNotFound, "session %s not found", sessionID)
 	}
 	if err != nil {
-		return Sealed{}, coord.Errorf(coord.CodeInternalError, "reading session history: %v", err)
+		return snapshot.Sealed{}, coord.Errorf(coord.CodeInternalError, "reading session history: %v", err)
 	}
-	in, err := InputFromHistory(recs)
+	in, err := snapshot.InputFromHistory(recs)
 	if err != nil {
-		return Sealed{}, coord.Errorf(coord.CodeInternalError, "%v", err)
+		return snapshot.Sealed{}, coord.Errorf(coord.CodeInternalError, "%v", err)
 	}
-	o := Options{EventSource: s.opts.EventSource, ServerID: s.opts.ServerID, Profile: q.Profile, DecayRuns: q.DecayRuns}
+	o := snapshot.Options{EventSource: s.opts.EventSource, ServerID: s.opts.ServerID, Profile: q.Profile, DecayRuns: q.DecayRuns}
 	if q.DecayRuns > 0 {
-		me := Start{SessionID: sessionID, Initiator: in.Initiator, Participants: in.Participants, AcceptedAtMs: recs[0].AcceptedAtMs}
+		me := snapshot.Start{SessionID: sessionID, Initiator: in.Initiator, Participants: in.Participants, AcceptedAtMs: recs[0].AcceptedAtMs}
 		sub, err := s.idx.subsequent(ctx, s.src, me, q.DecayRuns, q.Viewer)
 		if err != nil {
-			return Sealed{}, coord.Errorf(coord.CodeInternalError, "listing sessions: %v", err)
+			return snapshot.Sealed{}, coord.Errorf(coord.CodeInternalError, "listing sessions: %v", err)
 		}
 		o.Subsequent = sub
 	}
-	p, err := Build(in, o)
+	p, err := snapshot.Build(in, o)
 	if err != nil {
-		return Sealed{}, coord.Errorf(coord.CodeInternalError, "%v", err)
+		return snapshot.Sealed{}, coord.Errorf(coord.CodeInternalError, "%v", err)
 	}
-	sealed, err := Seal(p)
+	sealed, err := snapshot.Seal(p)
 	if err != nil {
-		return Sealed{}, coord.Errorf(coord.CodeInternalError, "%v", err)
+		return snapshot.Sealed{}, coord.Errorf(coord.CodeInternalError, "%v", err)
 	}
 	s.remember(sealed, sessionID)
 	return sealed, nil
@@ -126,15 +127,15 @@ const maxDecayRuns = 1000
 
 // StateWindow returns the session's report (its payload is then served
 // by Payload under the report's contents_ref).
-func (s *Service) StateWindow(ctx context.Context, sessionID string, q Query) (Report, error) {
+func (s *Service) StateWindow(ctx context.Context, sessionID string, q Query) (snapshot.Report, error) {
 	sealed, err := s.Snapshot(ctx, sessionID, q)
 	if err != nil {
-		return Report{}, err
+		return snapshot.Report{}, err
 	}
-	return NewReport(sealed), nil
+	return snapshot.NewReport(sealed), nil
 }
 
-func (s *Service) remember(sealed Sealed, sessionID string) {
+func (s *Service) remember(sealed snapshot.Sealed, sessionID string) {
 	if len(sealed.Bytes) > s.opts.CacheBytes {
 		return
 	}
@@ -160,11 +161,11 @@ func (s *Service) remember(sealed Sealed, sessionID string) {
 // the snapshot directory. Unknown: SESSION_NOT_FOUND; malformed address:
 // INVALID_ENVELOPE.
 func (s *Service) Payload(ctx context.Context, addr string) ([]byte, string, error) {
-	if !ValidHash(addr) {
+	if !snapshot.ValidHash(addr) {
 		return nil, "", coord.Errorf(coord.CodeInvalidEnvelope, "a content address is sha256: and 64 lowercase hex digits")
 	}
 	s.mu.Lock()
-	c, ok := s.cache[Hash(addr)]
+	c, ok := s.cache[snapshot.Hash(addr)]
 	s.mu.Unlock()
 	if ok {
 		return c.b, c.sessionID, nil
@@ -173,9 +174,9 @@ func (s *Service) Payload(ctx context.Context, addr string) ([]byte, string, err
 		// The payload names its session by an opaque digest; the
 		// session id authorization needs is in the sidecar file the
 		// server wrote next to it (WriteFiles).
-		b, err := os.ReadFile(payloadPath(s.opts.Dir, Hash(addr)))
-		if err == nil && HashBytes(b) == Hash(addr) {
-			sid, err := os.ReadFile(sessionPath(s.opts.Dir, Hash(addr)))
+		b, err := os.ReadFile(payloadPath(s.opts.Dir, snapshot.Hash(addr)))
+		if err == nil && snapshot.HashBytes(b) == snapshot.Hash(addr) {
+			sid, err := os.ReadFile(sessionPath(s.opts.Dir, snapshot.Hash(addr)))
 			if err == nil && len(sid) > 0 {
 				return b, string(sid), nil
 			}
@@ -195,7 +196,7 @@ type Authorize func(r *http.Request, sessionID string) (Caller, error)
 
 // Caller is the requester as the binding identified it.
 type Caller struct {
-	Viewer Viewer
+	Viewer snapshot.Viewer
 	Charge func() error // nil: not charged
 }
 
@@ -217,7 +218,7 @@ func (s *Service) Handler(auth Authorize) http.Handler {
 			writeError(w, err)
 			return
 		}
-		q := Query{Profile: Class(r.URL.Query().Get("profile")), Viewer: caller.Viewer}
+		q := Query{Profile: snapshot.Class(r.URL.Query().Get("profile")), Viewer: caller.Viewer}
 		if v := r.URL.Query().Get("decay_runs"); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
@@ -277,28 +278,28 @@ func writeError(w http.ResponseWriter, err error) {
 }
 
 // payloadPath is where a snapshot directory keeps a payload.
-func payloadPath(dir string, h Hash) string {
+func payloadPath(dir string, h snapshot.Hash) string {
 	return filepath.Join(dir, "payloads", "sha256-"+strings.TrimPrefix(string(h), "sha256:")+".json")
 }
 
 // sessionPath is where a snapshot directory keeps the id of the session
 // a payload describes (server-side only; never served).
-func sessionPath(dir string, h Hash) string {
+func sessionPath(dir string, h snapshot.Hash) string {
 	return filepath.Join(dir, "payloads", "sha256-"+strings.TrimPrefix(string(h), "sha256:")+".session")
 }
 
 // reportPath is where a snapshot directory keeps a session's latest
 // report of a profile.
-func reportPath(dir, sessionID string, profile Class) string {
+func reportPath(dir, sessionID string, profile snapshot.Class) string {
 	name := sessionID
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			name = strings.TrimPrefix(string(HashBytes([]byte(sessionID))), "sha256:")
+			name = strings.TrimPrefix(string(snapshot.HashBytes([]byte(sessionID))), "sha256:")
 			break
 		}
 	}
-	if profile == ProfileStrict {
+	if profile == snapshot.ProfileStrict {
 		name += ".strict"
 	}
 	return filepath.Join(dir, "reports", name+".json")
@@ -307,8 +308,8 @@ func reportPath(dir, sessionID string, profile Class) string {
 // WriteFiles stores sealed's payload under its content address and its
 // report under the session id in dir, each written to a temporary file,
 // synced and renamed into place.
-func WriteFiles(dir, sessionID string, sealed Sealed) error {
-	rep, err := NewReport(sealed).Bytes()
+func WriteFiles(dir, sessionID string, sealed snapshot.Sealed) error {
+	rep, err := snapshot.NewReport(sealed).Bytes()
 	if err != nil {
 		return err
 	}

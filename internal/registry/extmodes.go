@@ -1,4 +1,4 @@
-package runtime
+package registry
 
 import (
 	"context"
@@ -6,29 +6,28 @@ import (
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/passthrough"
-	"github.com/macpd/macpd/internal/store/modereg"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"google.golang.org/protobuf/proto"
 )
 
-// Registered extension modes are stored durably (package modereg) before a
+// Registered extension modes are stored durably (codec.go) before a
 // registration is acknowledged, so their sessions survive a restart.
 // Unregistered modes stay stored as retired: sessions bound to them still
 // replay, and the name can only be registered again with the identical
 // descriptor.
 const (
-	modeActive   = modereg.Active
-	modeStandard = modereg.Standard
-	modeRetired  = modereg.Retired
+	modeActive   = ModeActive
+	modeStandard = ModeStandard
+	modeRetired  = ModeRetired
 )
 
-func (r *Runtime) persistMode(state modereg.State, d *macpv1.ModeDescriptor) *coord.Error {
-	b, err := modereg.Encode(state, d)
+func (r *Registry) persistMode(state ModeState, d *macpv1.ModeDescriptor) *coord.Error {
+	b, err := EncodeMode(state, d)
 	if err != nil {
 		return coord.Errorf(coord.CodeInternalError, "encoding mode descriptor")
 	}
-	if err := r.store.PutMeta(context.Background(), modereg.Key(d.Mode), b); err != nil {
+	if err := r.store.PutMeta(context.Background(), ModeKey(d.Mode), b); err != nil {
 		r.log.Error("storing mode registration failed", "mode", d.Mode, "err", err)
 		return coord.Errorf(coord.CodeInternalError, "the mode registration could not be stored")
 	}
@@ -36,8 +35,8 @@ func (r *Runtime) persistMode(state modereg.State, d *macpv1.ModeDescriptor) *co
 }
 
 // loadModes restores durable registrations at boot.
-func (r *Runtime) loadModes(ctx context.Context) error {
-	reg, retired, err := modereg.Load(ctx, r.store, r.modes.Load())
+func (r *Registry) loadModes(ctx context.Context) error {
+	reg, retired, err := LoadModes(ctx, r.store, r.modes.Load())
 	if err != nil {
 		return err
 	}
@@ -60,11 +59,11 @@ func mayManage(id coord.Identity) *coord.Error {
 }
 
 // RegisterExtMode registers a passthrough extension mode.
-func (r *Runtime) RegisterExtMode(id coord.Identity, d *macpv1.ModeDescriptor) *coord.Error {
+func (r *Registry) RegisterExtMode(id coord.Identity, d *macpv1.ModeDescriptor) *coord.Error {
 	if err := mayManage(id); err != nil {
 		return err
 	}
-	if err := r.checkDescriptorSize("mode", d); err != nil { // registrylimits.go
+	if err := r.checkDescriptorSize("mode", d); err != nil { // limits.go
 		return err
 	}
 	nd, err := passthrough.Validate(d)
@@ -77,7 +76,7 @@ func (r *Runtime) RegisterExtMode(id coord.Identity, d *macpv1.ModeDescriptor) *
 	if _, exists := reg.Lookup(nd.Mode); exists {
 		return coord.Errorf(coord.CodeInvalidEnvelope, "mode %q is already registered", nd.Mode)
 	}
-	if err := r.checkExtModeRoom(reg, nd); err != nil { // registrylimits.go
+	if err := r.checkExtModeRoom(reg, nd); err != nil { // limits.go
 		return err
 	}
 	if old, was := r.retired[nd.Mode]; was && !proto.Equal(old.Mode.Descriptor(), nd) {
@@ -95,7 +94,7 @@ func (r *Runtime) RegisterExtMode(id coord.Identity, d *macpv1.ModeDescriptor) *
 
 // UnregisterExtMode removes a registered extension mode. Built-in and
 // standards-track modes cannot be removed.
-func (r *Runtime) UnregisterExtMode(id coord.Identity, name string) *coord.Error {
+func (r *Registry) UnregisterExtMode(id coord.Identity, name string) *coord.Error {
 	if err := mayManage(id); err != nil {
 		return err
 	}
@@ -123,7 +122,7 @@ func (r *Runtime) UnregisterExtMode(id coord.Identity, name string) *coord.Error
 // PromoteMode makes an extension mode standards-track (listed by
 // ListModes), optionally under a new name outside the reserved macp.mode.*
 // namespace. It returns the mode's id after promotion.
-func (r *Runtime) PromoteMode(id coord.Identity, name, newName string) (string, *coord.Error) {
+func (r *Registry) PromoteMode(id coord.Identity, name, newName string) (string, *coord.Error) {
 	if err := mayManage(id); err != nil {
 		return "", err
 	}

@@ -17,12 +17,12 @@ import (
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/decision"
 	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/replay/verify"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/internal/store/memstore"
 	"github.com/macpd/macpd/internal/store/pebblestore"
 	"github.com/macpd/macpd/internal/store/record"
-	"github.com/macpd/macpd/internal/store/verify"
 )
 
 var ctx = context.Background()

@@ -1,4 +1,4 @@
-package modereg_test
+package registry_test
 
 import (
 	"context"
@@ -9,31 +9,31 @@ import (
 	"github.com/macpd/macpd/internal/mode"
 	"github.com/macpd/macpd/internal/mode/multiround"
 	"github.com/macpd/macpd/internal/mode/passthrough"
+	"github.com/macpd/macpd/internal/registry"
 	"github.com/macpd/macpd/internal/store/memstore"
-	"github.com/macpd/macpd/internal/store/modereg"
 )
 
 // The stored registration format round-trips and rejects damage
 // (registered extension modes survive restarts; RFC-MACP-0002 §12).
 func TestRoundTrip(t *testing.T) {
 	d, _ := passthrough.Validate(&macpv1.ModeDescriptor{Mode: "ext.vote.v1", ModeVersion: "1.0.0", MessageTypes: []string{"Ballot"}})
-	for _, st := range []modereg.State{modereg.Active, modereg.Standard, modereg.Retired} {
-		b, err := modereg.Encode(st, d)
+	for _, st := range []registry.ModeState{registry.ModeActive, registry.ModeStandard, registry.ModeRetired} {
+		b, err := registry.EncodeMode(st, d)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, gd, err := modereg.Decode(b)
+		got, gd, err := registry.DecodeMode(b)
 		if err != nil || got != st || gd.Mode != d.Mode || len(gd.MessageTypes) != len(d.MessageTypes) {
 			t.Fatalf("state %c: %c %v %v", st, got, gd, err)
 		}
 	}
-	for _, bad := range [][]byte{nil, {'X', 1}, {byte(modereg.Active), 0xff, 0xff}} {
-		if _, _, err := modereg.Decode(bad); err == nil {
+	for _, bad := range [][]byte{nil, {'X', 1}, {byte(registry.ModeActive), 0xff, 0xff}} {
+		if _, _, err := registry.DecodeMode(bad); err == nil {
 			t.Fatalf("accepted %v", bad)
 		}
 	}
-	if modereg.Key("ext.vote.v1") != "mode/ext.vote.v1" {
-		t.Fatal(modereg.Key("ext.vote.v1"))
+	if registry.ModeKey("ext.vote.v1") != "mode/ext.vote.v1" {
+		t.Fatal(registry.ModeKey("ext.vote.v1"))
 	}
 }
 
@@ -43,28 +43,28 @@ func TestRoundTrip(t *testing.T) {
 func TestLoad(t *testing.T) {
 	ctx := context.Background()
 	st := memstore.New()
-	put := func(state modereg.State, id string, types ...string) {
+	put := func(state registry.ModeState, id string, types ...string) {
 		t.Helper()
 		d, err := passthrough.Validate(&macpv1.ModeDescriptor{Mode: id, ModeVersion: "1.0.0", MessageTypes: types})
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := modereg.Encode(state, d)
+		b, err := registry.EncodeMode(state, d)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := st.PutMeta(ctx, modereg.Key(id), b); err != nil {
+		if err := st.PutMeta(ctx, registry.ModeKey(id), b); err != nil {
 			t.Fatal(err)
 		}
 	}
-	put(modereg.Active, "ext.a.v1", "A")
-	put(modereg.Standard, "ext.s.v1", "S")
-	put(modereg.Retired, "ext.r.v1", "R")
+	put(registry.ModeActive, "ext.a.v1", "A")
+	put(registry.ModeStandard, "ext.s.v1", "S")
+	put(registry.ModeRetired, "ext.r.v1", "R")
 	builtin := multiround.New() // an extension mode that a later build ships built in
-	put(modereg.Active, multiround.ModeID, "Fake")
+	put(registry.ModeActive, multiround.ModeID, "Fake")
 	base := mode.NewRegistry(mode.Entry{Mode: builtin, Kind: mode.Extension, BuiltIn: true})
 
-	reg, retired, err := modereg.Load(ctx, st, base)
+	reg, retired, err := registry.LoadModes(ctx, st, base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,10 +84,10 @@ func TestLoad(t *testing.T) {
 		t.Fatal("a stored registration replaced a built-in mode")
 	}
 
-	if err := st.PutMeta(ctx, modereg.Key("ext.bad.v1"), []byte{'Q'}); err != nil {
+	if err := st.PutMeta(ctx, registry.ModeKey("ext.bad.v1"), []byte{'Q'}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := modereg.Load(ctx, st, base); err == nil || !strings.Contains(err.Error(), "mode/ext.bad.v1") {
+	if _, _, err := registry.LoadModes(ctx, st, base); err == nil || !strings.Contains(err.Error(), "mode/ext.bad.v1") {
 		t.Fatalf("damaged value: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package runtime
+package registry
 
 import (
 	"github.com/macpd/macpd/internal/coord"
@@ -8,11 +8,11 @@ import (
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 )
 
-// RegistryLimits bound what clients may register (docs/security.md
+// Limits bound what clients may register (docs/security.md
 // "Limits"): without them, registrations are memory the server keeps for
 // good and list answers (ListExtModes, ListPolicies) grow past what
 // clients accept (gRPC's default receive limit is 4 MiB).
-type RegistryLimits struct {
+type Limits struct {
 	// MaxExtModes caps registered extension modes (MACP_MAX_EXT_MODES).
 	MaxExtModes int
 	// MaxPolicies caps registered policies (MACP_MAX_POLICIES).
@@ -22,30 +22,30 @@ type RegistryLimits struct {
 	MaxDescriptorBytes int
 }
 
-// DefaultRegistryLimits are the documented defaults.
-var DefaultRegistryLimits = RegistryLimits{MaxExtModes: 64, MaxPolicies: 256, MaxDescriptorBytes: 128 << 10}
+// DefaultLimits are the documented defaults.
+var DefaultLimits = Limits{MaxExtModes: 64, MaxPolicies: 256, MaxDescriptorBytes: 128 << 10}
 
 // registryTotalBytes bounds the encoded descriptors of each registry
 // together, whatever the settings, so a list answer stays well under
 // gRPC's default 4 MiB receive limit.
 const registryTotalBytes = 2 << 20
 
-func (l *RegistryLimits) ensureDefaults() {
+func (l *Limits) ensureDefaults() {
 	if l.MaxExtModes <= 0 {
-		l.MaxExtModes = DefaultRegistryLimits.MaxExtModes
+		l.MaxExtModes = DefaultLimits.MaxExtModes
 	}
 	if l.MaxPolicies <= 0 {
-		l.MaxPolicies = DefaultRegistryLimits.MaxPolicies
+		l.MaxPolicies = DefaultLimits.MaxPolicies
 	}
 	if l.MaxDescriptorBytes <= 0 {
-		l.MaxDescriptorBytes = DefaultRegistryLimits.MaxDescriptorBytes
+		l.MaxDescriptorBytes = DefaultLimits.MaxDescriptorBytes
 	}
 }
 
 // checkDescriptorSize refuses a descriptor over MaxDescriptorBytes,
 // before anything else looks at it.
-func (r *Runtime) checkDescriptorSize(what string, d proto.Message) *coord.Error {
-	if size, max := proto.Size(d), r.opts.Registry.MaxDescriptorBytes; size > max {
+func (r *Registry) checkDescriptorSize(what string, d proto.Message) *coord.Error {
+	if size, max := proto.Size(d), r.opts.Limits.MaxDescriptorBytes; size > max {
 		return coord.Errorf(coord.CodePayloadTooLarge, "%s descriptor is %d bytes; at most %d are allowed (MACP_MAX_DESCRIPTOR_BYTES)", what, size, max)
 	}
 	return nil
@@ -53,8 +53,8 @@ func (r *Runtime) checkDescriptorSize(what string, d proto.Message) *coord.Error
 
 // checkExtModeRoom refuses a registration of d that would pass the count
 // or total limits; the caller holds regMu.
-func (r *Runtime) checkExtModeRoom(reg *mode.Registry, d *macpv1.ModeDescriptor) *coord.Error {
-	l := r.opts.Registry
+func (r *Registry) checkExtModeRoom(reg *mode.Registry, d *macpv1.ModeDescriptor) *coord.Error {
+	l := r.opts.Limits
 	size := proto.Size(d)
 	ext := reg.Descriptors(mode.Extension)
 	if len(ext) >= l.MaxExtModes {
@@ -72,8 +72,8 @@ func (r *Runtime) checkExtModeRoom(reg *mode.Registry, d *macpv1.ModeDescriptor)
 
 // checkPolicyRoom refuses a registration of pd that would pass the count
 // or total limits; the caller holds polMu.
-func (r *Runtime) checkPolicyRoom(pd *macpv1.PolicyDescriptor) *coord.Error {
-	l := r.opts.Registry
+func (r *Registry) checkPolicyRoom(pd *macpv1.PolicyDescriptor) *coord.Error {
+	l := r.opts.Limits
 	size := proto.Size(pd)
 	active := *r.policies.active.Load()
 	if len(active) >= l.MaxPolicies {
