@@ -5,6 +5,7 @@ import (
 	"github.com/macpd/macpd/internal/registry"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/server"
+	"github.com/macpd/macpd/internal/streambudget"
 )
 
 // Abuse limits from the configuration (docs/security.md "Limits").
@@ -21,12 +22,12 @@ func runtimeRates(cfg config.Config) runtime.RateLimits {
 func serverLimits(cfg config.Config) server.Limits { return cfg.Limits.Transport }
 
 // streamBuffers are the bounds of stream buffers (internal/streambudget).
-func streamBuffers(cfg config.Config) runtime.StreamBudgetOptions {
+func streamBuffers(cfg config.Config) streambudget.Options {
 	stall := cfg.Limits.StreamStallTimeout
 	if stall == 0 {
 		stall = -1 // never
 	}
-	return runtime.StreamBudgetOptions{
+	return streambudget.Options{
 		PerStream:    cfg.Limits.StreamBufferBytes,
 		Total:        cfg.Limits.StreamBufferBudgetBytes,
 		PerIdentity:  cfg.Limits.StreamBufferIdentityBytes,

@@ -8,15 +8,15 @@ import (
 	"sync/atomic"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
-	"github.com/macpd/macpd/internal/runtime"
+	"github.com/macpd/macpd/internal/streambudget"
 )
 
 // Stream buffers of the HTTP feeds (docs/security.md "Stream buffers"):
 // every follower of this package (an SSE feed, a WebSocket macp/subscribe
 // subscription, a protocol-mode attachment) reads the session through a
-// runtime.StreamWindow, so what it holds for a client that does not read
+// streambudget.Window, so what it holds for a client that does not read
 // counts against the same per-stream bound and global budget as a gRPC
-// StreamSession. A record is charged (runtime.StreamCost) before the
+// StreamSession. A record is charged (streambudget.Cost) before the
 // follower reads it, and released once its message has been written to
 // the connection (the write returned: the bytes are in the kernel), or
 // dropped. The JSON of a record (base64 payload, about 1.34 times the
@@ -29,7 +29,7 @@ import (
 // the window closes when the last hold is dropped, so a message still
 // queued for the writer after its follower ended stays charged.
 type feedWindow struct {
-	w     *runtime.StreamWindow
+	w     *streambudget.Window
 	holds atomic.Int64
 }
 

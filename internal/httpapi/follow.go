@@ -9,6 +9,7 @@ import (
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/session"
+	"github.com/macpd/macpd/internal/streambudget"
 )
 
 // follow is this package's only use of the runtime's follower API
@@ -44,7 +45,7 @@ func (s *Server) follow(ctx context.Context, id coord.Identity, sessionID string
 			}
 			return deliver(rec.Seq, rec.Envelope, nil)
 		}
-		cost := runtime.StreamCost(rec)
+		cost := streambudget.Cost(rec)
 		if rec.Envelope == nil {
 			fw.w.Release(cost)
 			return nil

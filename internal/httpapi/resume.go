@@ -14,6 +14,7 @@ import (
 	"github.com/macpd/macpd/internal/jsonrpc"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/session"
+	"github.com/macpd/macpd/internal/streambudget"
 	"github.com/macpd/macpd/internal/wire"
 )
 
@@ -174,7 +175,7 @@ func (s *Server) attach(sink rpcSink, sid string, after uint64, stateSeen bool, 
 			}
 		}
 		deliver := func(rec session.Record) error {
-			cost := runtime.StreamCost(rec)
+			cost := streambudget.Cost(rec)
 			if rec.Envelope == nil {
 				fw.w.Release(cost)
 			} else {

@@ -1,6 +1,8 @@
 // Package limits holds the runtime's generic abuse limits: a token-bucket
-// rate limiter keyed by identity and a concurrency counter keyed by
-// identity or session. Both are safe for concurrent use, never block, and
+// rate limiter keyed by identity (Rate, and SenderRates, the runtime's two
+// per-sender allowances), a concurrency counter keyed by identity or
+// session, the listeners' connection counter (ConnCounter) and a
+// rate-limited abuse log (LogEvery). Both are safe for concurrent use, never block, and
 // keep memory proportional to the keys active recently.
 package limits
 

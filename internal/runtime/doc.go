@@ -46,8 +46,8 @@
 // which must be loaded before Start recovers sessions; the fold of stored
 // records through the core (package replay: recovery, heal, the cluster
 // feed's adoption); the accounting of stream buffers (package
-// streambudget, re-exported as StreamBudget, StreamWindow, StreamCost);
-// and the fan-out hubs (package hub, re-exported as Hub).
+// streambudget; Runtime.StreamBudget is the runtime's one budget); and
+// the fan-out hubs (package hub).
 //
 // Reads (GetSession, ListSessions) show only durable state: a read that
 // finds records still in flight waits for them. So do answers that write

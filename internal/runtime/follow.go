@@ -9,6 +9,7 @@ import (
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
+	"github.com/macpd/macpd/internal/streambudget"
 )
 
 // Following a session (RFC-MACP-0006 §3.2 passive subscribe, and the
@@ -64,7 +65,7 @@ import (
 // followers. A follower that fell out of the ring catches up from the
 // store, in chunks read with no iterator open while it delivers. What a
 // follower and its consumer hold beyond the ring is bounded by its
-// StreamWindow (FollowOptions.Window, streambudget.go): a record is
+// streambudget.Window (FollowOptions.Window, streambudget.go): a record is
 // charged before it is read or handed on, so a consumer that does not
 // read makes its follower wait, not queue; a stalled one is ended with
 // RATE_LIMITED.
@@ -363,14 +364,14 @@ type FollowOptions struct {
 	ReplayWindow uint64
 	OnReplayCut  func(after uint64)
 	// Window, if set, bounds what this follower and its consumer hold
-	// (streambudget.go): every record is charged StreamCost(rec) to it
+	// (streambudget.go): every record is charged streambudget.Cost(rec) to it
 	// before it is read from the store or handed to fn, waiting while the
 	// stream's or the global bound does not allow it; fn's consumer calls
-	// Window.Release(StreamCost(rec)) once its client has really taken
+	// Window.Release(streambudget.Cost(rec)) once its client has really taken
 	// the record, and Window.Close when the stream ends. A stalled window
 	// ends Follow with RATE_LIMITED. Without a Window, Follow is still
 	// paced by fn (it waits while fn does), reading the store in one pass.
-	Window *StreamWindow
+	Window *streambudget.Window
 }
 
 // ErrFollowEnded is returned by Follow when the session reached a
@@ -454,18 +455,18 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 	deliver := func(rec session.Record, charged bool) error {
 		if rec.Seq < next {
 			if charged {
-				w.Release(StreamCost(rec))
+				w.Release(streambudget.Cost(rec))
 			}
 			return nil // already delivered (store and tail overlap)
 		}
 		if rec.Seq > next {
 			if charged {
-				w.Release(StreamCost(rec))
+				w.Release(streambudget.Cost(rec))
 			}
 			return coord.Errorf(coord.CodeInternalError, "session %s: follower expected record %d, got %d", sessionID, next, rec.Seq)
 		}
 		if !charged && w != nil {
-			if err := w.Acquire(ctx, StreamCost(rec)); err != nil {
+			if err := w.Acquire(ctx, streambudget.Cost(rec)); err != nil {
 				return err
 			}
 		}
@@ -543,7 +544,7 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 					return errStopRead
 				}
 				if w != nil {
-					c := StreamCost(rec)
+					c := streambudget.Cost(rec)
 					switch {
 					case len(chunk) == 0 && prepaid == c:
 						prepaid = 0 // charged while waiting for it

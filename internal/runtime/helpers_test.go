@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/macpd/macpd/internal/hub"
 	"google.golang.org/protobuf/proto"
 
 	decisionv1 "github.com/macpd/macpd/gen/macp/modes/decision/v1"
@@ -477,7 +478,7 @@ func getState(r *Runtime, id coord.Identity, sid string) (macpv1.SessionState, c
 }
 
 // nextEvent returns the next lifecycle event for sid, skipping others.
-func nextEvent(t *testing.T, sub *Sub[LifecycleEvent], sid string) LifecycleEvent {
+func nextEvent(t *testing.T, sub *hub.Sub[LifecycleEvent], sid string) LifecycleEvent {
 	t.Helper()
 	timeout := time.After(5 * time.Second)
 	for {
@@ -493,7 +494,7 @@ func nextEvent(t *testing.T, sub *Sub[LifecycleEvent], sid string) LifecycleEven
 }
 
 // noEvent asserts no lifecycle event for sid arrives within d.
-func noEvent(t *testing.T, sub *Sub[LifecycleEvent], sid string, d time.Duration) {
+func noEvent(t *testing.T, sub *hub.Sub[LifecycleEvent], sid string, d time.Duration) {
 	t.Helper()
 	timeout := time.After(d)
 	for {

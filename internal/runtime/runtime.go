@@ -9,6 +9,8 @@ import (
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/clock"
+	"github.com/macpd/macpd/internal/hub"
+	"github.com/macpd/macpd/internal/limits"
 	"github.com/macpd/macpd/internal/policy"
 	"github.com/macpd/macpd/internal/replay"
 	"github.com/macpd/macpd/internal/session"
@@ -68,7 +70,7 @@ type Options struct {
 	CommitTimeout time.Duration
 	// StreamBuffers bounds what streams hold for their clients
 	// (package streambudget); zero fields take streambudget.Default's values.
-	StreamBuffers StreamBudgetOptions
+	StreamBuffers streambudget.Options
 }
 
 func (o *Options) ensureDefaults() {
@@ -120,14 +122,14 @@ type Runtime struct {
 	closing atomic.Bool
 
 	// Signals carries every accepted ambient Signal/Progress envelope.
-	Signals *Hub[*macpv1.Envelope]
+	Signals *hub.Hub[*macpv1.Envelope]
 	// Lifecycle carries CREATED/RESOLVED/EXPIRED events after they are
 	// durable, to Hub subscribers and coalescing watchers (watch.go).
 	Lifecycle *LifecycleFeed
 
-	rates *senderRates // per-sender rate limits (ratelimit.go)
+	rates *limits.SenderRates // per-sender rate limits (ratelimit.go)
 	// streams is the budget of stream buffers (package streambudget).
-	streams *StreamBudget
+	streams *streambudget.Budget
 	// deadlines bounds commit waits (Options.CommitTimeout; deadline.go);
 	// nil without a timeout.
 	deadlines *deadlines
@@ -156,6 +158,9 @@ func New(st store.Store, modes session.Modes, policies policy.Lookup, opts Optio
 	if policies == nil {
 		policies = policy.DefaultOnly{}
 	}
+	if opts.StreamBuffers.Logger == nil {
+		opts.StreamBuffers.Logger = opts.Logger
+	}
 	r := &Runtime{
 		opts:        opts,
 		store:       st,
@@ -167,10 +172,10 @@ func New(st store.Store, modes session.Modes, policies policy.Lookup, opts Optio
 		quarantined: make(map[string]string),
 		openBy:      make(map[string]int),
 		stop:        make(chan struct{}),
-		Signals:     NewBoundedHub(opts.SubscriberBuffer, signalWatchBytes, signalCost),
+		Signals:     hub.NewBounded(opts.SubscriberBuffer, signalWatchBytes, signalCost),
 		Lifecycle:   NewLifecycleFeed(opts.SubscriberBuffer, opts.MaxWatchPending),
-		rates:       newSenderRates(opts),
-		streams:     streambudget.New(streamBudgetLogger(opts.StreamBuffers, opts.Logger), opts.Clock),
+		rates:       limits.NewSenderRates(opts.Rates.SessionStartsPerMinute, opts.Rates.MessagesPerMinute, opts.Clock.Now, opts.Logger),
+		streams:     streambudget.New(opts.StreamBuffers, opts.Clock),
 		metrics:     opts.Metrics,
 	}
 	if rm, ok := modes.(ReplayModer); ok {

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/streambudget"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -13,5 +14,5 @@ import (
 const signalWatchBytes = 4 << 20
 
 func signalCost(env *macpv1.Envelope) int64 {
-	return int64(proto.Size(env)) + StreamCostOverhead
+	return int64(proto.Size(env)) + streambudget.CostOverhead
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/macpd/macpd/internal/hub"
 	"google.golang.org/protobuf/proto"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
@@ -20,7 +21,7 @@ func TestSignalsArePublishedNotStored(t *testing.T) {
 	st := newFaultStore()
 	r := newRT(t, st, Options{})
 	ctx := context.Background()
-	subs := []*Sub[*macpv1.Envelope]{r.Signals.Subscribe(), r.Signals.Subscribe(), r.Signals.Subscribe()}
+	subs := []*hub.Sub[*macpv1.Envelope]{r.Signals.Subscribe(), r.Signals.Subscribe(), r.Signals.Subscribe()}
 	defer func() {
 		for _, s := range subs {
 			r.Signals.Unsubscribe(s)
@@ -99,7 +100,7 @@ func TestInvalidSignalsRejected(t *testing.T) {
 // Lagged reports true) while the others keep receiving, and Publish never
 // blocks.
 func TestHubDropsSlowSubscriber(t *testing.T) {
-	h := NewHub[int](2)
+	h := hub.New[int](2)
 	slow, fast, late := h.Subscribe(), h.Subscribe(), h.Subscribe()
 	if slow.Lagged() {
 		t.Fatal("Lagged before Done")

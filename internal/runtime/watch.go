@@ -1,6 +1,10 @@
 package runtime
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/macpd/macpd/internal/hub"
+)
 
 // Session lifecycle fan-out with coalescing (WatchSessions).
 //
@@ -35,7 +39,7 @@ const DefaultMaxWatchPending = 10_000
 // every event, dropped with Lagged when full; for in-process consumers
 // that want each event) and coalescing watchers (Watch; WatchSessions).
 type LifecycleFeed struct {
-	*Hub[LifecycleEvent]
+	*hub.Hub[LifecycleEvent]
 
 	maxPending int
 	mu         sync.Mutex
@@ -50,7 +54,7 @@ func NewLifecycleFeed(buffer, maxPending int) *LifecycleFeed {
 		maxPending = DefaultMaxWatchPending
 	}
 	return &LifecycleFeed{
-		Hub:        NewHub[LifecycleEvent](buffer),
+		Hub:        hub.New[LifecycleEvent](buffer),
 		maxPending: maxPending,
 		watchers:   make(map[*LifecycleWatcher]struct{}),
 	}

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	"github.com/macpd/macpd/internal/hub"
+	"github.com/macpd/macpd/internal/streambudget"
 	"log/slog"
 	"maps"
 	goruntime "runtime"
@@ -467,9 +469,9 @@ func (s *Service) WatchModeRegistry(_ *macpv1.WatchModeRegistryRequest, stream g
 // hub, until ctx ends or send fails. Changes are idempotent hints, so
 // those that queued up while the client was slow become one, and a
 // watcher the hub dropped for lagging is subscribed again and sent one.
-func (s *Service) watchHints(ctx context.Context, hub *runtime.Hub[int64], send func(at int64) error) error {
-	sub := hub.Subscribe()
-	defer func() { hub.Unsubscribe(sub) }() // the current sub
+func (s *Service) watchHints(ctx context.Context, h *hub.Hub[int64], send func(at int64) error) error {
+	sub := h.Subscribe()
+	defer func() { h.Unsubscribe(sub) }() // the current sub
 	if err := send(s.nowMs()); err != nil {
 		return err
 	}
@@ -483,7 +485,7 @@ func (s *Service) watchHints(ctx context.Context, hub *runtime.Hub[int64], send 
 				return err
 			}
 		case <-sub.Done():
-			sub = hub.Subscribe()
+			sub = h.Subscribe()
 			if err := send(s.nowMs()); err != nil {
 				return err
 			}
@@ -515,7 +517,7 @@ func (s *Service) WatchSignals(_ *macpv1.WatchSignalsRequest, stream grpc.Server
 		select {
 		case env := <-sub.C:
 			s.rt.Signals.Took(sub, env)
-			cost := runtime.StreamCost(session.Record{Envelope: env})
+			cost := streambudget.Cost(session.Record{Envelope: env})
 			if err := w.Acquire(stream.Context(), cost); err != nil {
 				if ce := (*coord.Error)(nil); errors.As(err, &ce) {
 					return statusErr(ce)

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
-	"github.com/macpd/macpd/internal/runtime"
+	"github.com/macpd/macpd/internal/streambudget"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 )
@@ -17,7 +17,7 @@ import (
 // A record a stream hands to gRPC (Send) stays in gRPC's HTTP/2 send
 // queue, encoded, until its bytes are written to the connection, which a
 // client that does not read may never allow. Its charge to the stream's
-// window (runtime.StreamCost) is therefore released only when gRPC frees
+// window (streambudget.Cost) is therefore released only when gRPC frees
 // the encoded message: requestCodec.Marshal hands a charged record to
 // gRPC in a buffer whose return to its "pool" (gRPC frees a message's buffer
 // once it has written the last byte, or dropped the stream) releases the
@@ -152,7 +152,7 @@ func encodeRecord(env *macpv1.Envelope) ([]byte, error) {
 	return proto.MarshalOptions{}.MarshalAppend(make([]byte, 0, c), m)
 }
 
-// sendWindow is a stream's runtime.StreamWindow as gRPC transports use
+// sendWindow is a stream's streambudget.Window as gRPC transports use
 // it: charges of sent messages are released when gRPC frees them (see
 // above), and the window closes once the call has ended and gRPC holds
 // nothing of it. Every holder (the call, its sender goroutine, each sent
@@ -163,13 +163,13 @@ func encodeRecord(env *macpv1.Envelope) ([]byte, error) {
 // when the collector finds the buffers (the cleanups above stay as a
 // safety net only).
 type sendWindow struct {
-	w     *runtime.StreamWindow
+	w     *streambudget.Window
 	holds atomic.Int64
 	conn  *guardedConn // the call's connection, if the guard knows it
 }
 
 // newSendWindow opens a window held by the call in ctx (end drops that
-// hold), counted against the caller's share (runtime.StreamWindow.Bind)
+// hold), counted against the caller's share (streambudget.Window.Bind)
 // and closed when the call's connection ends.
 func (s *Service) newSendWindow(ctx context.Context) *sendWindow {
 	sw := &sendWindow{w: s.rt.StreamBudget().NewWindow()}

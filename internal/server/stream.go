@@ -13,6 +13,7 @@ import (
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/session"
+	"github.com/macpd/macpd/internal/streambudget"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -44,7 +45,7 @@ type streamState struct {
 	out chan outItem
 	// window holds what the follower read for this stream until gRPC
 	// has written it (runtime/streambudget.go; sendrelease.go).
-	window    *runtime.StreamWindow
+	window    *streambudget.Window
 	sw        *sendWindow
 	mu        sync.Mutex // guards bound, following, lastSent, seen, drainTo, drained, headerSent
 	bound     string
@@ -474,7 +475,7 @@ func (st *streamState) follow(ctx context.Context, sessionID string, after uint6
 			Window: st.window,
 		}, func(rec session.Record) error {
 			if rec.Envelope == nil {
-				st.window.Release(runtime.StreamCost(rec))
+				st.window.Release(streambudget.Cost(rec))
 				st.mu.Lock()
 				st.handledLocked(rec.Seq)
 				st.mu.Unlock()
@@ -482,10 +483,10 @@ func (st *streamState) follow(ctx context.Context, sessionID string, after uint6
 			}
 			enc, err := records.encoded(rec.Seq, rec.Envelope)
 			if err != nil {
-				st.window.Release(runtime.StreamCost(rec))
+				st.window.Release(streambudget.Cost(rec))
 				return coord.Errorf(coord.CodeInternalError, "encoding record %d: %v", rec.Seq, err)
 			}
-			it := outItem{enc: enc, seq: rec.Seq, cost: runtime.StreamCost(rec)}
+			it := outItem{enc: enc, seq: rec.Seq, cost: streambudget.Cost(rec)}
 			if err := st.enqueueRecord(ctx, it); err != nil {
 				return err
 			}
