@@ -24,6 +24,7 @@ import (
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/app"
 	"github.com/macpd/macpd/internal/config"
+	"github.com/macpd/macpd/internal/testutil/apptest"
 	"github.com/macpd/macpd/sdk"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -34,22 +35,7 @@ import (
 // startApp starts an in-process macpd on 127.0.0.1:0 with dev identities.
 func startApp(t *testing.T, mutate ...func(*config.Config)) *app.App {
 	t.Helper()
-	cfg := config.Default()
-	cfg.MemoryOnly = true // tests keep history in memory; the durable default has its own tests
-	cfg.BindAddr = "127.0.0.1:0"
-	cfg.AllowInsecure = true
-	for _, m := range mutate {
-		m(&cfg)
-	}
-	a, err := app.New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
-	return a
+	return apptest.Start(t, mutate...)
 }
 
 // dial connects as agent (dev bearer identity; "" = no credentials).

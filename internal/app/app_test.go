@@ -11,38 +11,19 @@ import (
 	"github.com/macpd/macpd/internal/app"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/httpapi"
+	"github.com/macpd/macpd/internal/testutil/apptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 )
 
 func startApp(t *testing.T) (*app.App, macpv1.MACPRuntimeServiceClient) {
 	t.Helper()
-	cfg := config.Default()
-	cfg.MemoryOnly = true // tests keep history in memory; the durable default has its own tests
-	cfg.BindAddr = "127.0.0.1:0"
-	cfg.AllowInsecure = true
-	cfg.HTTP.Addr = "127.0.0.1:0" // the snapshot routes are tested through it
-	a, err := app.New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
-	conn, err := grpc.NewClient(a.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return a, macpv1.NewMACPRuntimeServiceClient(conn)
+	a := apptest.Start(t, func(c *config.Config) { c.HTTP.Addr = "127.0.0.1:0" }) // the snapshot routes are tested through it
+	return a, macpv1.NewMACPRuntimeServiceClient(apptest.Dial(t, a.Addr()))
 }
 
-func as(agent string) context.Context {
-	return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+agent)
-}
+func as(agent string) context.Context { return apptest.As(agent) }
 
 func mustMarshal(t *testing.T, m proto.Message) []byte {
 	b, err := proto.Marshal(m)

@@ -22,6 +22,7 @@ import (
 	"github.com/macpd/macpd/internal/natstest"
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/store/natsstore"
+	"github.com/macpd/macpd/internal/testutil"
 )
 
 const (
@@ -91,14 +92,7 @@ func submit(t *testing.T, nc *nats.Conn, agent string, env *macpv1.Envelope) *ma
 }
 
 func startEnvelope(sid string) *macpv1.Envelope {
-	return &macpv1.Envelope{
-		MacpVersion: coord.ProtocolVersion, Mode: decision.ModeID, MessageType: coord.TypeSessionStart,
-		MessageId: "m0", SessionId: sid, TimestampUnixMs: time.Now().UnixMilli(),
-		Payload: marshal(&macpv1.SessionStartPayload{
-			Intent: "decide", Participants: []string{alice, bob},
-			ModeVersion: decision.ModeVersion, ConfigurationVersion: "cfg-1", TtlMs: 60_000,
-		}),
-	}
+	return testutil.DecisionStart(sid, "m0", 60_000, alice, bob)
 }
 
 func proposal(sid, id string) *macpv1.Envelope {

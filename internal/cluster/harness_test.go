@@ -11,15 +11,14 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
 
-	decisionv1 "github.com/macpd/macpd/gen/macp/modes/decision/v1"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/app"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/coord"
-	"github.com/macpd/macpd/internal/mode/decision"
 	"github.com/macpd/macpd/internal/natstest"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store/natsstore"
+	"github.com/macpd/macpd/internal/testutil"
 )
 
 // soak reports whether the long configuration runs (MACP_CLUSTER_SOAK=1,
@@ -32,7 +31,7 @@ var (
 	bobID   = coord.Identity{Sender: "agent://bob"}
 )
 
-const cfgVersion = "cfg-1"
+const cfgVersion = testutil.DefaultCfgVersion
 
 // env is a cluster of JetStream servers and macpd nodes (Apps with
 // MACP_STORE=nats) on loopback.
@@ -160,42 +159,24 @@ func history(t *testing.T, ns *natsstore.Store, sid string) []session.Record {
 	return nil
 }
 
-func mustMarshal(m proto.Message) []byte {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
-	if err != nil {
-		panic(err)
-	}
-	return b
-}
+func mustMarshal(m proto.Message) []byte { return testutil.Marshal(m) }
 
+// startEnv is a valid Decision SessionStart with participants alice and bob.
 func startEnv(sid, msgID string, ttlMs int64) *macpv1.Envelope {
-	return &macpv1.Envelope{
-		MacpVersion: coord.ProtocolVersion, Mode: decision.ModeID, MessageType: coord.TypeSessionStart,
-		MessageId: msgID, SessionId: sid, TimestampUnixMs: time.Now().UnixMilli(),
-		Payload: mustMarshal(&macpv1.SessionStartPayload{
-			Intent: "decide", Participants: []string{aliceID.Sender, bobID.Sender},
-			ModeVersion: decision.ModeVersion, ConfigurationVersion: cfgVersion, TtlMs: ttlMs,
-		}),
-	}
+	return testutil.DecisionStart(sid, msgID, ttlMs, aliceID.Sender, bobID.Sender)
 }
 
 func sessionEnv(sid, msgID, typ string, payload []byte) *macpv1.Envelope {
-	return &macpv1.Envelope{
-		MacpVersion: coord.ProtocolVersion, Mode: decision.ModeID, MessageType: typ,
-		MessageId: msgID, SessionId: sid, TimestampUnixMs: time.Now().UnixMilli(), Payload: payload,
-	}
+	return testutil.DecisionEnv(sid, msgID, typ, payload)
 }
 
-func proposalEnv(sid, msgID string) *macpv1.Envelope {
-	return sessionEnv(sid, msgID, decision.TypeProposal,
-		mustMarshal(&decisionv1.ProposalPayload{ProposalId: "p-" + msgID, Option: "option " + msgID, Rationale: "r"}))
-}
+// proposalEnv proposes option proposal_id "p-"+msgID (unique per message).
+func proposalEnv(sid, msgID string) *macpv1.Envelope { return testutil.DecisionProposal(sid, msgID) }
 
+// commitEnv is a valid negative Commitment (always allowed once a proposal
+// exists) with commitment_id cid.
 func commitEnv(sid, msgID, cid string) *macpv1.Envelope {
-	return sessionEnv(sid, msgID, coord.TypeCommitment, mustMarshal(&macpv1.CommitmentPayload{
-		CommitmentId: cid, Action: "decision.rejected", AuthorityScope: "test", Reason: "done",
-		ModeVersion: decision.ModeVersion, ConfigurationVersion: cfgVersion, OutcomePositive: false,
-	}))
+	return testutil.DecisionRejection(sid, msgID, cid)
 }
 
 // send sends env as id through node i's runtime (the transports are thin

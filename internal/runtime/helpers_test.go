@@ -15,7 +15,6 @@ import (
 	"github.com/macpd/macpd/internal/hub"
 	"google.golang.org/protobuf/proto"
 
-	decisionv1 "github.com/macpd/macpd/gen/macp/modes/decision/v1"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/clock/clocktest"
 	"github.com/macpd/macpd/internal/coord"
@@ -25,6 +24,7 @@ import (
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/internal/store/memstore"
+	"github.com/macpd/macpd/internal/testutil"
 )
 
 // Identities used throughout. Alice and Bob are the declared participants
@@ -38,7 +38,7 @@ var (
 	observerID = coord.Identity{Sender: "agent://observer", Caps: coord.Capabilities{IsObserver: true}}
 )
 
-const cfgVersion = "cfg-1"
+const cfgVersion = testutil.DefaultCfgVersion
 
 // errInjected is what faultStore returns for an injected failure.
 var errInjected = errors.New("faultstore: injected append failure")
@@ -241,53 +241,30 @@ func startAt(clk *clocktest.Fake, sid, msgID string, ttlMs int64) *macpv1.Envelo
 	return env
 }
 
-func mustMarshal(m proto.Message) []byte {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		panic(err)
-	}
-	return b
-}
+func mustMarshal(m proto.Message) []byte { return testutil.Marshal(m) }
 
 func newSID() string { return uuid.NewString() }
 
 // startEnv is a valid Decision SessionStart with participants alice and bob.
 func startEnv(sid, msgID string, ttlMs int64) *macpv1.Envelope {
-	return &macpv1.Envelope{
-		MacpVersion: coord.ProtocolVersion, Mode: decision.ModeID, MessageType: coord.TypeSessionStart,
-		MessageId: msgID, SessionId: sid, TimestampUnixMs: time.Now().UnixMilli(),
-		Payload: mustMarshal(&macpv1.SessionStartPayload{
-			Intent: "decide", Participants: []string{aliceID.Sender, bobID.Sender},
-			ModeVersion: decision.ModeVersion, ConfigurationVersion: cfgVersion, TtlMs: ttlMs,
-		}),
-	}
+	return testutil.DecisionStart(sid, msgID, ttlMs, aliceID.Sender, bobID.Sender)
 }
 
 func sessionEnv(sid, msgID, typ string, payload []byte) *macpv1.Envelope {
-	return &macpv1.Envelope{
-		MacpVersion: coord.ProtocolVersion, Mode: decision.ModeID, MessageType: typ,
-		MessageId: msgID, SessionId: sid, TimestampUnixMs: time.Now().UnixMilli(), Payload: payload,
-	}
+	return testutil.DecisionEnv(sid, msgID, typ, payload)
 }
 
-// proposalEnv proposes option proposal_id = msgID (unique per message).
-func proposalEnv(sid, msgID string) *macpv1.Envelope {
-	return sessionEnv(sid, msgID, decision.TypeProposal,
-		mustMarshal(&decisionv1.ProposalPayload{ProposalId: "p-" + msgID, Option: "option " + msgID, Rationale: "r"}))
-}
+// proposalEnv proposes option proposal_id "p-"+msgID (unique per message).
+func proposalEnv(sid, msgID string) *macpv1.Envelope { return testutil.DecisionProposal(sid, msgID) }
 
 func voteEnv(sid, msgID, proposalID string) *macpv1.Envelope {
-	return sessionEnv(sid, msgID, decision.TypeVote,
-		mustMarshal(&decisionv1.VotePayload{ProposalId: proposalID, Vote: decision.VoteApprove, Reason: "ok"}))
+	return testutil.DecisionVote(sid, msgID, proposalID)
 }
 
 // commitEnv is a valid negative Commitment (always allowed once a proposal
 // exists) with commitment_id cid.
 func commitEnv(sid, msgID, cid string) *macpv1.Envelope {
-	return sessionEnv(sid, msgID, coord.TypeCommitment, mustMarshal(&macpv1.CommitmentPayload{
-		CommitmentId: cid, Action: "decision.rejected", AuthorityScope: "test", Reason: "done",
-		ModeVersion: decision.ModeVersion, ConfigurationVersion: cfgVersion, OutcomePositive: false,
-	}))
+	return testutil.DecisionRejection(sid, msgID, cid)
 }
 
 func signalEnv(msgID, signalType string) *macpv1.Envelope {

@@ -21,6 +21,7 @@ import (
 	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/server"
 	"github.com/macpd/macpd/internal/store/memstore"
+	"github.com/macpd/macpd/internal/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -141,8 +142,7 @@ func mustMarshal(t testing.TB, m proto.Message) []byte {
 }
 
 func envelope(sid, typ, id string, payload []byte) *macpv1.Envelope {
-	return &macpv1.Envelope{MacpVersion: "1.0", Mode: decisionMode, MessageType: typ, MessageId: id,
-		SessionId: sid, TimestampUnixMs: time.Now().UnixMilli(), Payload: payload}
+	return testutil.DecisionEnv(sid, id, typ, payload)
 }
 
 func startPayload(t testing.TB, participants ...string) []byte {

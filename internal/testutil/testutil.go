@@ -1,6 +1,8 @@
 // Package testutil holds small helpers shared by the tests of several
-// packages: a concurrent log buffer, and where the MACP spec's fixtures and
-// protos are found (the pinned spec commit). Contract: imported by
+// packages: a concurrent log buffer, where the MACP spec's fixtures and
+// protos are found (the pinned spec commit), and builders of Decision
+// envelopes (envelopes.go). Its subpackage apptest starts an in-process
+// macpd and dials it. Contract: imported by
 // _test.go files and test-support packages (modetest) only; nothing here
 // is part of macpd's behaviour.
 package testutil

@@ -12,30 +12,15 @@ import (
 	"github.com/macpd/macpd/internal/app"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/testutil"
+	"github.com/macpd/macpd/internal/testutil/apptest"
 )
 
-// StartApp starts macpd on 127.0.0.1:0, plaintext, history in memory and
-// no rate limits (load runs), after applying mutate to the configuration;
-// it shuts down when the test ends.
+// StartApp starts macpd as apptest.Start does, without rate limits (load
+// runs), after applying mutate to the configuration.
 func StartApp(t testing.TB, mutate ...func(*config.Config)) *app.App {
 	t.Helper()
-	cfg := config.Default()
-	cfg.MemoryOnly = true // tests keep history in memory; the durable default has its own tests
-	cfg.BindAddr = "127.0.0.1:0"
-	cfg.AllowInsecure = true
-	cfg.Limits.SessionStartsPerMinute, cfg.Limits.MessagesPerMinute = 0, 0 // load runs are not rate-limited
-	for _, m := range mutate {
-		m(&cfg)
-	}
-	a, err := app.New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
-	return a
+	noRates := func(c *config.Config) { c.Limits.SessionStartsPerMinute, c.Limits.MessagesPerMinute = 0, 0 }
+	return apptest.Start(t, append([]func(*config.Config){noRates}, mutate...)...)
 }
 
 // Main is a program's run function: args without the program name, env
