@@ -20,7 +20,7 @@ import (
 // feed of other nodes' appends (internal/cluster).
 type clusterState struct {
 	ns    *natsstore.Store
-	after uint64
+	after natsstore.Position
 	node  *cluster.Node
 	bus   bool        // MACP_NATS_BUS
 	bsrv  *bus.Server // the message-bus binding, when on
@@ -69,7 +69,7 @@ func openNATS(cfg config.Config, log *slog.Logger) (*natsstore.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening the NATS JetStream store (MACP_NATS_URL %s): %w", cfg.NATS.URL, err)
 	}
-	log.Info("store: NATS JetStream", "url", cfg.NATS.URL, "stream", ns.StreamName(), "replicas", cfg.NATS.Replicas)
+	log.Info("store: NATS JetStream", "url", cfg.NATS.URL, "streams", ns.StreamNames(), "replicas", cfg.NATS.Replicas)
 	return ns, nil
 }
 
@@ -81,7 +81,7 @@ func (c *clusterState) prepare(rt *runtime.Runtime, cfg config.Config) error {
 	}
 	c.bus = cfg.NATS.Bus
 	rt.EnableSharedStore()
-	after, err := c.ns.LastStreamSeq(context.Background())
+	after, err := c.ns.LastPosition(context.Background())
 	if err != nil {
 		return err
 	}

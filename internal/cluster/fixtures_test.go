@@ -38,7 +38,7 @@ func TestFixturesOnNATS(t *testing.T) {
 	t.Cleanup(func() { ns.Close() })
 	rt := runtime.New(ns, builtin.Modes(), policy.DefaultOnly{}, runtime.Options{})
 	rt.EnableSharedStore()
-	after, err := ns.LastStreamSeq(context.Background())
+	after, err := ns.LastPosition(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
