@@ -64,7 +64,7 @@ func openNATS(cfg config.Config, log *slog.Logger) (*natsstore.Store, error) {
 	defer cancel()
 	ns, err := natsstore.Open(ctx, natsstore.Options{
 		URL: strings.TrimSpace(cfg.NATS.URL), NATSOptions: nopts, Name: cfg.NATS.Name,
-		Replicas: cfg.NATS.Replicas, Timeout: cfg.NATS.Timeout,
+		Partitions: cfg.NATS.Partitions, Replicas: cfg.NATS.Replicas, Timeout: cfg.NATS.Timeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening the NATS JetStream store (MACP_NATS_URL %s): %w", cfg.NATS.URL, err)
