@@ -263,6 +263,9 @@ func (d *Deliverer) lead(ctx context.Context, cp natsstore.Position, rev uint64)
 		ccs        []jetstream.ConsumeContext
 		err        error
 	)
+	// Every stream's consumer first, then the consumption: the node
+	// publishes only once it reads every stream.
+	var conss []jetstream.Consumer
 	for i, name := range d.st.StreamNames() {
 		var stream jetstream.Stream
 		if stream, err = d.st.JetStream().Stream(lctx, name); err != nil {
@@ -276,24 +279,30 @@ func (d *Deliverer) lead(ctx context.Context, cp natsstore.Position, rev uint64)
 		if err != nil {
 			break
 		}
-		var cc jetstream.ConsumeContext
-		cc, err = cons.Consume(func(m jetstream.Msg) {
-			md, err := m.Metadata()
+		conss = append(conss, cons)
+	}
+	if err == nil {
+		d.leading.Store(true)
+		for i, cons := range conss {
+			var cc jetstream.ConsumeContext
+			cc, err = cons.Consume(func(m jetstream.Msg) {
+				md, err := m.Metadata()
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if steppedOut || md.Sequence.Stream <= delivered[i] {
+					return
+				}
+				d.publish(lctx, m)
+				delivered[i] = md.Sequence.Stream
+			})
 			if err != nil {
-				return
+				break
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			if steppedOut || md.Sequence.Stream <= delivered[i] {
-				return
-			}
-			d.publish(lctx, m)
-			delivered[i] = md.Sequence.Stream
-		})
-		if err != nil {
-			break
+			ccs = append(ccs, cc)
 		}
-		ccs = append(ccs, cc)
 	}
 	if err != nil {
 		d.opts.Log.Warn("message-bus delivery: reading the history stream failed", "err", err)

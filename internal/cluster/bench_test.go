@@ -8,10 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/policy"
 	"github.com/macpd/macpd/internal/runtime"
+	"github.com/macpd/macpd/internal/store/natsstore"
 	"github.com/macpd/macpd/internal/store/pebblestore"
 )
 
@@ -48,7 +52,13 @@ func load(b *testing.B, sessions, perSession int, start func(i int, sid string),
 // client on one node, against one node on the Pebble default in the same
 // run (ratios; everything shares this machine), and a hot session written
 // through two nodes at once against the same session through one node.
-// docs/benchmarks.md "Cluster".
+// It also measures raw JetStream: a nats.go client publishing, with the
+// same concurrency (one publisher per session, each waiting for its ack,
+// with the per-subject expected sequence), messages of the node's size
+// (its own stored messages, copied) to streams of the same configuration
+// (R3, one per partition) on the same servers: nats1/raw is what the node
+// keeps of what JetStream gives. nats1 and raw run while only one node is
+// up (its feed the only consumer). docs/benchmarks.md "Cluster".
 //
 //	go test -run '^$' -bench BenchmarkCluster -benchtime 1x ./internal/cluster/
 func BenchmarkCluster(b *testing.B) {
@@ -73,15 +83,35 @@ func BenchmarkCluster(b *testing.B) {
 		ps.Close()
 		b.ReportMetric(pebble, "pebble_env/s")
 
-		e := newEnv(b, 3, 3)
+		e := newEnv(b, 3, 1)
+		var nats1 float64
 		for nodes := 1; nodes <= 3; nodes++ {
+			for len(e.nodes) < nodes {
+				e.mu.Lock()
+				e.nodes = append(e.nodes, nil)
+				e.mu.Unlock()
+				e.startNode(len(e.nodes) - 1)
+			}
+			var sids []string
+			var smu sync.Mutex
 			rate := load(b, sessions, perSession,
-				func(i int, sid string) { e.send(i%nodes, initID, startEnv(sid, "m0", 600_000)) },
+				func(i int, sid string) {
+					smu.Lock()
+					sids = append(sids, sid)
+					smu.Unlock()
+					e.send(i%nodes, initID, startEnv(sid, "m0", 600_000))
+				},
 				func(i int, sid string, k int) bool {
 					return e.send(i%nodes, aliceID, proposalEnv(sid, fmt.Sprintf("p%d", k))).GetOk()
 				})
 			b.ReportMetric(rate, fmt.Sprintf("nats%d_env/s", nodes))
 			b.ReportMetric(rate/pebble, fmt.Sprintf("nats%d/pebble", nodes))
+			if nodes == 1 {
+				nats1 = rate
+				raw := rawPublish(b, e, sids[0], sessions, perSession)
+				b.ReportMetric(raw, "raw_msg/s")
+				b.ReportMetric(nats1/raw, "nats1/raw")
+			}
 		}
 		// A hot session: 8 clients on one session, through one node, then
 		// spread over two nodes (every envelope contends).
@@ -103,4 +133,77 @@ func BenchmarkCluster(b *testing.B) {
 		b.ReportMetric(two, "hot2_env/s")
 		b.ReportMetric(two/one, "hot2/hot1")
 	}
+}
+
+// rawPublish publishes sessions*perSession messages with nats.go to
+// streams configured as the node's history streams (a store named "raw":
+// the same R3 configuration, one stream per partition, on the same
+// servers), one publisher per session subject, each waiting for its ack
+// before the next and expecting the subject's last sequence, as the store
+// does. Each message is a copy of the node's last stored message of
+// session like (body and Macp-* headers). Messages acknowledged per second.
+func rawPublish(b *testing.B, e *env, like string, sessions, perSession int) float64 {
+	b.Helper()
+	ns := e.reader()
+	m, err := lastMsg(ns, like)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var raw *natsstore.Store
+	for ctx.Err() == nil {
+		if raw, err = natsstore.Open(ctx, natsstore.Options{URL: e.nats.AllURLs(), Name: "raw", Replicas: 3, Timeout: 2 * time.Second}); err == nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer raw.Close()
+	js := raw.JetStream()
+	var acked atomic.Int64
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i := 0; i < sessions; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			subj := raw.Subject(fmt.Sprintf("raw-%d-%s", i, newSID()))
+			var last uint64
+			for k := 0; k < perSession; k++ {
+				msg := nats.NewMsg(subj)
+				for _, h := range []string{natsstore.HeaderAppend, natsstore.HeaderSeq, natsstore.HeaderCount} {
+					msg.Header.Set(h, m.Header.Get(h))
+				}
+				msg.Data = m.Data
+				ack, err := js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(last))
+				if err != nil {
+					b.Errorf("raw publish: %v", err)
+					return
+				}
+				last = ack.Sequence
+				acked.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(acked.Load()) / time.Since(t0).Seconds()
+}
+
+// lastMsg is a session's last stored message.
+func lastMsg(ns *natsstore.Store, sid string) (*jetstream.RawStreamMsg, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, name := range ns.StreamNames() {
+		st, err := ns.JetStream().Stream(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if m, err := st.GetLastMsgForSubject(ctx, ns.Subject(sid)); err == nil {
+			return m, nil
+		}
+	}
+	return nil, fmt.Errorf("no message of session %s", sid)
 }
