@@ -97,6 +97,12 @@ func Start(ctx context.Context, st *natsstore.Store, rt *runtime.Runtime, after 
 			return nil, err
 		}
 		cc, err := cons.Consume(func(m jetstream.Msg) {
+			if st.Own(m.Headers()) {
+				// This node's own append: its runtime applied it when
+				// the store acknowledged it, or rebuilds the session
+				// from the store after a failed one.
+				return
+			}
 			md, err := m.Metadata()
 			if err != nil {
 				return

@@ -92,6 +92,10 @@ type Store struct {
 	streams []jetstream.Stream // one per partition
 	meta    jetstream.KeyValue
 	prefix  string // "<Name>.hist."
+	// instance starts the Macp-Append id of every message this store value
+	// writes (16 random hex digits, then 16 more per Append call): Own
+	// tells its messages from other nodes'.
+	instance string
 
 	closed atomic.Bool
 	failed atomic.Pointer[error]
@@ -135,7 +139,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.ResolveTimeout <= 0 {
 		opts.ResolveTimeout = 30 * time.Second
 	}
-	s := &Store{opts: opts, nc: opts.Conn, prefix: opts.Name + ".hist.",
+	s := &Store{opts: opts, nc: opts.Conn, prefix: opts.Name + ".hist.", instance: newID()[:16],
 		tips: make(map[string]tip), pend: make(map[string]pending), quarantined: make(map[string]string)}
 	if s.nc == nil {
 		nopts := append([]nats.Option{
@@ -772,6 +776,13 @@ func (s *Store) Decode(subject string, hdr nats.Header, data []byte, streamSeq u
 	}
 	recs, err := decodeMsg(id, &jetstream.RawStreamMsg{Subject: subject, Sequence: streamSeq, Header: hdr, Data: data})
 	return id, recs, err
+}
+
+// Own reports whether a history message (its headers, from a consumer)
+// was written by this store value: a node's feed skips its own appends,
+// which its runtime has already applied (or will rebuild from the store).
+func (s *Store) Own(hdr nats.Header) bool {
+	return strings.HasPrefix(hdr.Get(HeaderAppend), s.instance)
 }
 
 // Position is a point in the history: the last stream sequence of each

@@ -98,7 +98,7 @@ func (s *Store) AppendAsync(ctx context.Context, recs []session.Record) (func() 
 			return nil, err
 		}
 	}
-	appendID := newID()
+	appendID := s.instance + newID()[:16]
 	limit := int(s.nc.MaxPayload()) - 1024 // headers
 	for _, p := range parts {
 		p.appendID = appendID
