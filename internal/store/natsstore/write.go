@@ -34,6 +34,12 @@ type part struct {
 	values   [][]byte // encoded records, chained from base
 	last     []byte   // Hash of the last record
 
+	// succ is the session's next part, queued while this one was in
+	// flight; claimed: it is published together with an earlier part
+	// (its leader settles it). Both under Store.mu.
+	succ    *part
+	claimed bool
+
 	done chan struct{} // closed when err is final
 	err  error
 }
@@ -109,6 +115,9 @@ func (s *Store) AppendAsync(ctx context.Context, recs []session.Record) (func() 
 	// Nothing can fail any more before publishing: queue.
 	s.mu.Lock()
 	for _, p := range parts {
+		if p.dep != nil {
+			p.dep.succ = p
+		}
 		s.pend[p.id] = pending{seq: p.recs[len(p.recs)-1].Seq, hash: p.last, part: p}
 	}
 	s.mu.Unlock()
@@ -229,19 +238,50 @@ func (s *Store) msgs(p *part) []*nats.Msg {
 	return out
 }
 
-// run publishes p once its session's previous part is settled, and
-// settles p.
+// run publishes p once its session's previous part is settled, together
+// with the session's parts queued behind p meanwhile (one message, or an
+// atomic batch if they exceed the max payload: a hot session's appends
+// go out as one publish per round trip, not one each), and settles them.
 func (s *Store) run(ctx context.Context, p *part) {
-	p.err = s.runPart(ctx, p)
-	s.mu.Lock()
-	if pd, ok := s.pend[p.id]; ok && pd.part == p {
-		delete(s.pend, p.id)
+	if p.dep != nil {
+		<-p.dep.done
 	}
-	if p.err != nil {
+	s.mu.Lock()
+	if p.claimed {
+		s.mu.Unlock()
+		return // settled with an earlier part
+	}
+	group := []*part{p}
+	for q := p.succ; q != nil && !q.claimed; q = q.succ {
+		// q waits for the part before it, which is in group: not started.
+		q.claimed = true
+		group = append(group, q)
+	}
+	s.mu.Unlock()
+	m := p
+	if len(group) > 1 {
+		m = &part{id: p.id, stream: p.stream, appendID: p.appendID, tip: p.tip, dep: p.dep, base: p.base}
+		for _, q := range group {
+			m.recs = append(m.recs, q.recs...)
+			m.values = append(m.values, q.values...)
+		}
+		m.last = group[len(group)-1].last
+	}
+	err := s.runPart(ctx, m)
+	s.mu.Lock()
+	for _, q := range group {
+		if pd, ok := s.pend[q.id]; ok && pd.part == q {
+			delete(s.pend, q.id)
+		}
+		q.err = err
+	}
+	if err != nil {
 		delete(s.tips, p.id)
 	}
 	s.mu.Unlock()
-	close(p.done)
+	for _, q := range group {
+		close(q.done)
+	}
 }
 
 func (s *Store) runPart(ctx context.Context, p *part) error {
