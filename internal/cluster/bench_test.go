@@ -111,6 +111,7 @@ func BenchmarkCluster(b *testing.B) {
 				raw := rawPublish(b, e, sids[0], sessions, perSession)
 				b.ReportMetric(raw, "raw_msg/s")
 				b.ReportMetric(nats1/raw, "nats1/raw")
+				b.ReportMetric(raw/pebble, "raw/pebble")
 			}
 		}
 		// A hot session: 8 clients on one session, through one node, then
