@@ -3,6 +3,8 @@ package cluster_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -65,6 +67,7 @@ func load(b *testing.B, sessions, perSession int, start func(i int, sid string),
 // spreads its noise over both sides). docs/benchmarks.md "Cluster".
 //
 //	go test -run '^$' -bench BenchmarkCluster -benchtime 1x ./internal/cluster/
+//	BENCH_NATS_PARTITIONS=1 go test -run '^$' -bench BenchmarkCluster -benchtime 1x ./internal/cluster/   # one history stream
 func BenchmarkCluster(b *testing.B) {
 	const sessions, perSession, rounds = 32, 40, 3
 	ctx := context.Background()
@@ -81,7 +84,7 @@ func BenchmarkCluster(b *testing.B) {
 		var pebbles []float64
 		for r := 0; r < rounds; r++ {
 			pebbles = append(pebbles, load(b, sessions, perSession,
-				func(_ int, sid string) { rt.Send(ctx, initID, startEnv(sid, "m0", 600_000)) },
+				func(_ int, sid string) { rt.Send(ctx, initiator(r), startEnv(sid, "m0", 600_000)) },
 				func(_ int, sid string, k int) bool {
 					return rt.Send(ctx, aliceID, proposalEnv(sid, fmt.Sprintf("p%d", k))).GetOk()
 				}))
@@ -109,7 +112,7 @@ func BenchmarkCluster(b *testing.B) {
 						smu.Lock()
 						sids = append(sids, sid)
 						smu.Unlock()
-						e.send(i%nodes, initID, startEnv(sid, "m0", 600_000))
+						e.send(i%nodes, initiator(10*nodes+r), startEnv(sid, "m0", 600_000))
 					},
 					func(i int, sid string, k int) bool {
 						return e.send(i%nodes, aliceID, proposalEnv(sid, fmt.Sprintf("p%d", k))).GetOk()
@@ -155,6 +158,12 @@ func BenchmarkCluster(b *testing.B) {
 	}
 }
 
+// initiator k starts the sessions of one round (each initiator may hold
+// 100 OPEN sessions).
+func initiator(k int) coord.Identity {
+	return coord.Identity{Sender: fmt.Sprintf("agent://init-%d", k)}
+}
+
 // openRaw opens a store named "raw" on e's servers: streams configured
 // as the nodes' history streams (R3, one per partition), which no node
 // follows.
@@ -163,7 +172,7 @@ func openRaw(b *testing.B, e *env) *natsstore.Store {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for {
-		raw, err := natsstore.Open(ctx, natsstore.Options{URL: e.nats.AllURLs(), Name: "raw", Replicas: 3, Timeout: 2 * time.Second})
+		raw, err := natsstore.Open(ctx, natsstore.Options{URL: e.nats.AllURLs(), Name: "raw", Partitions: benchParts, Replicas: 3, Timeout: 2 * time.Second})
 		if err == nil {
 			b.Cleanup(func() { raw.Close() })
 			return raw
@@ -236,3 +245,8 @@ func lastMsg(ns *natsstore.Store, sid string) (*jetstream.RawStreamMsg, error) {
 	}
 	return nil, fmt.Errorf("no message of session %s", sid)
 }
+
+// benchParts is MACP_NATS_PARTITIONS of the cluster tests' and benchmark's
+// nodes and of the raw streams: BENCH_NATS_PARTITIONS, else 0 (a new
+// deployment's default, natsstore.DefaultPartitions).
+var benchParts = func() int { n, _ := strconv.Atoi(os.Getenv("BENCH_NATS_PARTITIONS")); return n }()
