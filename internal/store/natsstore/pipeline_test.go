@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/macpd/macpd/internal/natstest"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
@@ -107,4 +109,47 @@ func TestAppendAsyncOvertakenByAnotherNode(t *testing.T) {
 	if n := len(readAll(t, other, "a")); n != 4 {
 		t.Fatalf("a: %d records, want 4", n)
 	}
+}
+
+// A hot session: appends started while the session's first one is in
+// flight queue behind it and go out together once it is acknowledged,
+// so the session's 50 appends take fewer than 50 messages; every record
+// is stored once, in order, chained.
+func TestAppendAsyncHotSessionCoalesces(t *testing.T) {
+	srv := natstest.Run(t)
+	s := open(t, srv, "hot", 0)
+	var waits []func() error
+	for seq := uint64(1); seq <= 50; seq++ {
+		w, err := s.AppendAsync(ctx, []session.Record{rec("h", seq)})
+		if err != nil {
+			t.Fatalf("AppendAsync %d: %v", seq, err)
+		}
+		waits = append(waits, w)
+	}
+	for i, w := range waits {
+		if err := w(); err != nil {
+			t.Fatalf("wait %d: %v", i+1, err)
+		}
+	}
+	got := readAll(t, open(t, srv, "hot", 0), "h")
+	if len(got) != 50 {
+		t.Fatalf("%d records, want 50", len(got))
+	}
+	js := s.JetStream()
+	msgs := uint64(0)
+	for _, name := range s.StreamNames() {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(s.Subject("h")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs += info.State.Subjects[s.Subject("h")]
+	}
+	if msgs == 0 || msgs >= 50 {
+		t.Fatalf("50 appends of one session took %d messages: not coalesced", msgs)
+	}
+	t.Logf("50 pipelined appends of one session: %d messages", msgs)
 }

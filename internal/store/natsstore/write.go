@@ -29,7 +29,7 @@ type part struct {
 	stream   int      // partition index
 	appendID string   // Macp-Append of its messages
 	tip      tip      // the tip it continues (dep == nil: known when queued)
-	dep      *part    // the session's previous part, in flight when queued
+	dep      *part    // the session's previous part, in flight when queued (cleared when settled)
 	base     []byte   // the PrevHash values were encoded with
 	values   [][]byte // encoded records, chained from base
 	last     []byte   // Hash of the last record
@@ -112,7 +112,13 @@ func (s *Store) AppendAsync(ctx context.Context, recs []session.Record) (func() 
 			return nil, err
 		}
 	}
-	// Nothing can fail any more before publishing: queue.
+	// Nothing can fail any more before publishing: queue. Each goroutine
+	// gets its part's dep now: once queued, a part may be claimed and
+	// settled by an earlier one, which clears its links.
+	deps := make([]*part, len(parts))
+	for i, p := range parts {
+		deps[i] = p.dep
+	}
 	s.mu.Lock()
 	for _, p := range parts {
 		if p.dep != nil {
@@ -124,8 +130,8 @@ func (s *Store) AppendAsync(ctx context.Context, recs []session.Record) (func() 
 	// A part is settled whatever becomes of the caller's context: its
 	// outcome must be known.
 	bg := context.WithoutCancel(ctx)
-	for _, p := range parts {
-		go s.run(bg, p)
+	for i, p := range parts {
+		go s.run(bg, p, deps[i])
 	}
 	return func() error {
 		var first error
@@ -242,9 +248,11 @@ func (s *Store) msgs(p *part) []*nats.Msg {
 // with the session's parts queued behind p meanwhile (one message, or an
 // atomic batch if they exceed the max payload: a hot session's appends
 // go out as one publish per round trip, not one each), and settles them.
-func (s *Store) run(ctx context.Context, p *part) {
-	if p.dep != nil {
-		<-p.dep.done
+func (s *Store) run(ctx context.Context, p, dep *part) {
+	var depErr error
+	if dep != nil {
+		<-dep.done
+		depErr = dep.err
 	}
 	s.mu.Lock()
 	if p.claimed {
@@ -260,20 +268,22 @@ func (s *Store) run(ctx context.Context, p *part) {
 	s.mu.Unlock()
 	m := p
 	if len(group) > 1 {
-		m = &part{id: p.id, stream: p.stream, appendID: p.appendID, tip: p.tip, dep: p.dep, base: p.base}
+		m = &part{id: p.id, stream: p.stream, appendID: p.appendID, tip: p.tip, base: p.base}
 		for _, q := range group {
 			m.recs = append(m.recs, q.recs...)
 			m.values = append(m.values, q.values...)
 		}
 		m.last = group[len(group)-1].last
 	}
-	err := s.runPart(ctx, m)
+	err := s.runPart(ctx, m, dep != nil, depErr)
 	s.mu.Lock()
 	for _, q := range group {
 		if pd, ok := s.pend[q.id]; ok && pd.part == q {
 			delete(s.pend, q.id)
 		}
 		q.err = err
+		// No chain of settled parts is kept alive through its links.
+		q.dep, q.succ = nil, nil
 	}
 	if err != nil {
 		delete(s.tips, p.id)
@@ -284,10 +294,11 @@ func (s *Store) run(ctx context.Context, p *part) {
 	}
 }
 
-func (s *Store) runPart(ctx context.Context, p *part) error {
-	if p.dep != nil {
-		<-p.dep.done
-		if err := p.dep.err; err != nil {
+// runPart publishes p, whose session's previous part (if hasDep) ended
+// with depErr.
+func (s *Store) runPart(ctx context.Context, p *part, hasDep bool, depErr error) error {
+	if hasDep {
+		if err := depErr; err != nil {
 			if errors.Is(err, store.ErrFailed) {
 				return err
 			}
