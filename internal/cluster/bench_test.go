@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/macpd/macpd/internal/app"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/policy"
@@ -104,15 +105,21 @@ func BenchmarkCluster(b *testing.B) {
 				e.startNode(len(e.nodes) - 1)
 			}
 			var rates, raws []float64
+			var cs commitStats       // node 0's group commits in the nats1 rounds
+			var rawLat time.Duration // the raw publishes' summed latency
 			for r := 0; r < rounds; r++ {
 				var sids []string
 				var smu sync.Mutex
+				var before commitStats
 				rates = append(rates, load(b, sessions, perSession,
 					func(i int, sid string) {
 						smu.Lock()
 						sids = append(sids, sid)
 						smu.Unlock()
 						e.send(i%nodes, initiator(10*nodes+r), startEnv(sid, "m0", 600_000))
+						if i == sessions-1 {
+							before = gatherCommits(b, e.node(0))
+						}
 					},
 					func(i int, sid string, k int) bool {
 						return e.send(i%nodes, aliceID, proposalEnv(sid, fmt.Sprintf("p%d", k))).GetOk()
@@ -120,11 +127,14 @@ func BenchmarkCluster(b *testing.B) {
 				if nodes > 1 {
 					break // one round: a figure of its own, no raw side
 				}
+				cs = cs.add(gatherCommits(b, e.node(0)).sub(before))
 				m, err := lastMsg(e.reader(), sids[0])
 				if err != nil {
 					b.Fatal(err)
 				}
-				raws = append(raws, rawPublish(b, raw, m, sessions, perSession))
+				rate, lat := rawPublish(b, raw, m, sessions, perSession)
+				raws = append(raws, rate)
+				rawLat += lat
 			}
 			rate := median(rates)
 			b.ReportMetric(rate, fmt.Sprintf("nats%d_env/s", nodes))
@@ -134,6 +144,12 @@ func BenchmarkCluster(b *testing.B) {
 				b.ReportMetric(rawRate, "raw_msg/s")
 				b.ReportMetric(rate/rawRate, "nats1/raw")
 				b.ReportMetric(rawRate/pebble, "raw/pebble")
+				// Why nats1 < raw: requests per group commit, and the
+				// time from a group's AppendAsync to the end of its wait,
+				// against one raw publish.
+				b.ReportMetric(cs.reqs/cs.groups, "nats1_reqs/group")
+				b.ReportMetric(1000*cs.appendSec/cs.groups, "nats1_append_ms")
+				b.ReportMetric(float64(rawLat.Milliseconds())/float64(rounds*sessions*perSession), "raw_publish_ms")
 			}
 		}
 		// A hot session: 8 clients on one session, through one node, then
@@ -189,12 +205,12 @@ func openRaw(b *testing.B, e *env) *natsstore.Store {
 // before the next and expecting the subject's last sequence, as the store
 // does. Each message is a copy of m, a message a node stored (body and
 // Macp-* headers). Messages acknowledged per second.
-func rawPublish(b *testing.B, raw *natsstore.Store, m *jetstream.RawStreamMsg, sessions, perSession int) float64 {
+func rawPublish(b *testing.B, raw *natsstore.Store, m *jetstream.RawStreamMsg, sessions, perSession int) (float64, time.Duration) {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	js := raw.JetStream()
-	var acked atomic.Int64
+	var acked, lat atomic.Int64
 	var wg sync.WaitGroup
 	t0 := time.Now()
 	for i := 0; i < sessions; i++ {
@@ -209,7 +225,9 @@ func rawPublish(b *testing.B, raw *natsstore.Store, m *jetstream.RawStreamMsg, s
 					msg.Header.Set(h, m.Header.Get(h))
 				}
 				msg.Data = m.Data
+				p0 := time.Now()
 				ack, err := js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(last))
+				lat.Add(int64(time.Since(p0)))
 				if err != nil {
 					b.Errorf("raw publish: %v", err)
 					return
@@ -220,7 +238,40 @@ func rawPublish(b *testing.B, raw *natsstore.Store, m *jetstream.RawStreamMsg, s
 		}()
 	}
 	wg.Wait()
-	return float64(acked.Load()) / time.Since(t0).Seconds()
+	return float64(acked.Load()) / time.Since(t0).Seconds(), time.Duration(lat.Load())
+}
+
+// commitStats are a node's group-commit counters (its metrics registry).
+type commitStats struct{ groups, reqs, appendSec float64 }
+
+func (c commitStats) add(d commitStats) commitStats {
+	return commitStats{c.groups + d.groups, c.reqs + d.reqs, c.appendSec + d.appendSec}
+}
+
+func (c commitStats) sub(d commitStats) commitStats {
+	return commitStats{c.groups - d.groups, c.reqs - d.reqs, c.appendSec - d.appendSec}
+}
+
+// gatherCommits reads macpd_commit_group_requests and
+// macpd_store_append_seconds from a's registry.
+func gatherCommits(b *testing.B, a *app.App) commitStats {
+	b.Helper()
+	mfs, err := a.Metrics().Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var c commitStats
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "macpd_commit_group_requests":
+				c.groups, c.reqs = float64(m.GetHistogram().GetSampleCount()), m.GetHistogram().GetSampleSum()
+			case "macpd_store_append_seconds":
+				c.appendSec = m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	return c
 }
 
 // median of xs (not empty).
