@@ -64,7 +64,7 @@ func TestPartitions(t *testing.T) {
 		t.Fatalf("reopened with partitions 0: %d partitions", s2.Partitions())
 	}
 	_, err = natsstore.Open(ctx, natsstore.Options{URL: srv.ClientURL(), Name: "parts", Replicas: 1, Partitions: 8})
-	if err == nil || !strings.Contains(err.Error(), "partitions 8 does not match") {
+	if err == nil || !strings.Contains(err.Error(), "MACP_NATS_PARTITIONS (Options.Partitions) 8 does not match") {
 		t.Fatalf("Open with a mismatching partitions = %v", err)
 	}
 	if s3 := open(t, srv, "fresh", 0); s3.Partitions() != natsstore.DefaultPartitions {

@@ -181,7 +181,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	if opts.Partitions != 0 && opts.Partitions != parts {
 		s.closeConn()
-		return nil, fmt.Errorf("natsstore: %s keeps its history in %d stream(s), recorded in bucket %s_meta when it was created; partitions %d does not match it: leave the setting unset (0) or set it to %d",
+		return nil, fmt.Errorf("natsstore: %s keeps its history in %d stream(s), as recorded in bucket %s_meta when the deployment was created; MACP_NATS_PARTITIONS (Options.Partitions) %d does not match: leave it unset (0) or set it to %d",
 			opts.Name, parts, opts.Name, opts.Partitions, parts)
 	}
 	s.opts.Partitions = parts
