@@ -69,8 +69,13 @@ func load(b *testing.B, sessions, perSession int, start func(i int, sid string),
 //
 //	go test -run '^$' -bench BenchmarkCluster -benchtime 1x ./internal/cluster/
 //	BENCH_NATS_PARTITIONS=1 go test -run '^$' -bench BenchmarkCluster -benchtime 1x ./internal/cluster/   # one history stream
+//	BENCH_CLUSTER_SESSIONS=16 go test -run '^$' -bench BenchmarkCluster -benchtime 1x ./internal/cluster/  # 16 clients
 func BenchmarkCluster(b *testing.B) {
-	const sessions, perSession, rounds = 32, 40, 3
+	const perSession, rounds = 40, 3
+	sessions := 32 // BENCH_CLUSTER_SESSIONS: clients (one session each)
+	if n, err := strconv.Atoi(os.Getenv("BENCH_CLUSTER_SESSIONS")); err == nil && n > 0 {
+		sessions = n
+	}
 	ctx := context.Background()
 	for n := 0; n < b.N; n++ {
 		// Baseline: one node, Pebble on disk.
