@@ -21,7 +21,7 @@ import (
 // feed of other nodes' appends (internal/cluster).
 type clusterState struct {
 	ns    *natsstore.Store
-	after uint64
+	after natsstore.Position
 	node  *cluster.Node
 	bus   bool        // MACP_NATS_BUS
 	bsrv  *bus.Server // the message-bus binding, when on
@@ -65,12 +65,12 @@ func openNATS(cfg config.Config, log *slog.Logger) (*natsstore.Store, error) {
 	defer cancel()
 	ns, err := natsstore.Open(ctx, natsstore.Options{
 		URL: strings.TrimSpace(cfg.NATS.URL), NATSOptions: nopts, Name: cfg.NATS.Name,
-		Replicas: cfg.NATS.Replicas, Timeout: cfg.NATS.Timeout,
+		Partitions: cfg.NATS.Partitions, Replicas: cfg.NATS.Replicas, Timeout: cfg.NATS.Timeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening the NATS JetStream store (MACP_NATS_URL %s): %w", cfg.NATS.URL, err)
 	}
-	log.Info("store: NATS JetStream", "url", cfg.NATS.URL, "stream", ns.StreamName(), "replicas", cfg.NATS.Replicas)
+	log.Info("store: NATS JetStream", "url", cfg.NATS.URL, "streams", ns.StreamNames(), "replicas", cfg.NATS.Replicas)
 	return ns, nil
 }
 
@@ -82,7 +82,7 @@ func (c *clusterState) prepare(rt *runtime.Runtime, cfg config.Config) error {
 	}
 	c.bus = cfg.NATS.Bus
 	rt.EnableSharedStore()
-	after, err := c.ns.LastStreamSeq(context.Background())
+	after, err := c.ns.LastPosition(context.Background())
 	if err != nil {
 		return err
 	}

@@ -27,9 +27,10 @@ import (
 // subjects (docs/cluster.md "Message-bus binding").
 //
 // One publisher for the whole cluster, the deliverer holding the lease:
-// it reads the replicated history stream with an ordered consumer, so it
-// publishes only what a quorum stored (after durability), in the
-// stream's order (so each session's records in sequence order), on one
+// it reads the replicated history streams (one per partition, each with an
+// ordered consumer), so it publishes only what a quorum stored (after
+// durability), in each stream's order (a session's records are all in one
+// stream: each session's records in sequence order), on one
 // connection (NATS keeps one publisher's order per subject). Each record
 // goes to
 //
@@ -45,8 +46,8 @@ import (
 // agent is its initiator or a declared participant (AgentPermissions).
 //
 // The lease is the key "lease" in the bucket <name>_deliver: its value
-// names the holder and the stream sequence delivered so far (the
-// checkpoint). The holder rewrites it every RenewEvery with the key's
+// names the holder and, for each history stream, the stream sequence
+// delivered so far (the checkpoint). The holder rewrites it every RenewEvery with the key's
 // revision as expectation; another node takes it over, with the same
 // expectation (only one can win), when it has seen no new revision for
 // LeaseTimeout, and resumes after the checkpoint. A holder that could not
@@ -165,18 +166,36 @@ func (d *Deliverer) Stop() {
 
 const leaseKey = "lease"
 
-// lease value: "<node> <checkpoint>"; node "" = released.
-func leaseValue(node string, cp uint64) []byte {
-	return []byte(node + " " + strconv.FormatUint(cp, 10))
+// lease value: "<node> <checkpoint>"; node "" = released. The checkpoint
+// is the stream sequences delivered so far, comma separated, by partition
+// (one number with one partition, as before partitions).
+func leaseValue(node string, cp natsstore.Position) []byte {
+	b := []byte(node + " ")
+	for i, n := range cp {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendUint(b, n, 10)
+	}
+	return b
 }
 
-func parseLease(v []byte) (node string, cp uint64, ok bool) {
-	node, n, found := strings.Cut(string(v), " ")
+func parseLease(v []byte, parts int) (node string, cp natsstore.Position, ok bool) {
+	node, list, found := strings.Cut(string(v), " ")
 	if !found {
-		return "", 0, false
+		return "", make(natsstore.Position, parts), false
 	}
-	cp, err := strconv.ParseUint(n, 10, 64)
-	return node, cp, err == nil
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return "", make(natsstore.Position, parts), false
+		}
+		cp = append(cp, n)
+	}
+	if len(cp) != parts {
+		return "", make(natsstore.Position, parts), false
+	}
+	return node, cp, true
 }
 
 func (d *Deliverer) run(ctx context.Context) {
@@ -194,7 +213,7 @@ func (d *Deliverer) run(ctx context.Context) {
 
 // acquire waits until this node holds the lease; it returns the
 // checkpoint and the lease's revision.
-func (d *Deliverer) acquire(ctx context.Context) (uint64, uint64, bool) {
+func (d *Deliverer) acquire(ctx context.Context) (natsstore.Position, uint64, bool) {
 	var seenRev uint64
 	seenAt := time.Now()
 	for {
@@ -203,8 +222,8 @@ func (d *Deliverer) acquire(ctx context.Context) (uint64, uint64, bool) {
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			// No deliverer ever ran: deliver what is stored from now on.
-			var cp uint64
-			if cp, err = d.st.LastStreamSeq(rctx); err == nil {
+			var cp natsstore.Position
+			if cp, err = d.st.LastPosition(rctx); err == nil {
 				var rev uint64
 				if rev, err = d.kv.Create(rctx, leaseKey, leaseValue(d.node, cp)); err == nil {
 					cancel()
@@ -212,7 +231,7 @@ func (d *Deliverer) acquire(ctx context.Context) (uint64, uint64, bool) {
 				}
 			}
 		case err == nil:
-			holder, cp, valid := parseLease(e.Value())
+			holder, cp, valid := parseLease(e.Value(), d.st.Partitions())
 			if e.Revision() != seenRev {
 				seenRev, seenAt = e.Revision(), time.Now()
 			}
@@ -226,7 +245,7 @@ func (d *Deliverer) acquire(ctx context.Context) (uint64, uint64, bool) {
 		cancel()
 		select {
 		case <-ctx.Done():
-			return 0, 0, false
+			return nil, 0, false
 		case <-time.After(d.opts.RenewEvery):
 		}
 	}
@@ -234,51 +253,78 @@ func (d *Deliverer) acquire(ctx context.Context) (uint64, uint64, bool) {
 
 // lead publishes stored records after cp until the lease is lost or ctx
 // ends.
-func (d *Deliverer) lead(ctx context.Context, cp, rev uint64) {
+func (d *Deliverer) lead(ctx context.Context, cp natsstore.Position, rev uint64) {
 	lctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var (
 		mu         sync.Mutex // serializes publishing with the step-down
-		delivered  = cp
+		delivered  = slices.Clone(cp)
 		steppedOut bool
+		ccs        []jetstream.ConsumeContext
+		err        error
 	)
-	stream, err := d.st.JetStream().Stream(lctx, d.st.StreamName())
-	var cons jetstream.Consumer
-	if err == nil {
+	// Every stream's consumer first, then the consumption: the node
+	// publishes only once it reads every stream.
+	var conss []jetstream.Consumer
+	for i, name := range d.st.StreamNames() {
+		var stream jetstream.Stream
+		if stream, err = d.st.JetStream().Stream(lctx, name); err != nil {
+			break
+		}
+		var cons jetstream.Consumer
 		cons, err = stream.OrderedConsumer(lctx, jetstream.OrderedConsumerConfig{
 			DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
-			OptStartSeq:   cp + 1,
+			OptStartSeq:   cp[i] + 1,
 		})
+		if err != nil {
+			break
+		}
+		conss = append(conss, cons)
 	}
-	var cc jetstream.ConsumeContext
 	if err == nil {
-		cc, err = cons.Consume(func(m jetstream.Msg) {
-			md, err := m.Metadata()
+		d.leading.Store(true)
+		for i, cons := range conss {
+			var cc jetstream.ConsumeContext
+			cc, err = cons.Consume(func(m jetstream.Msg) {
+				md, err := m.Metadata()
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if steppedOut || md.Sequence.Stream <= delivered[i] {
+					return
+				}
+				d.publish(lctx, m)
+				delivered[i] = md.Sequence.Stream
+			})
 			if err != nil {
-				return
+				break
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			if steppedOut || md.Sequence.Stream <= delivered {
-				return
-			}
-			d.publish(lctx, m)
-			delivered = md.Sequence.Stream
-		})
+			ccs = append(ccs, cc)
+		}
 	}
 	if err != nil {
 		d.opts.Log.Warn("message-bus delivery: reading the history stream failed", "err", err)
 		// Keep the lease only as long as it can be renewed; retry reading.
+		for _, cc := range ccs {
+			cc.Stop()
+		}
+		ccs = nil
+	}
+	var cc jetstream.ConsumeContext // non-nil: every stream is read
+	if len(ccs) > 0 {
+		cc = ccs[0]
 	}
 	d.leading.Store(cc != nil)
 	defer func() {
 		d.leading.Store(false)
-		if cc != nil {
+		for _, cc := range ccs {
 			cc.Stop()
 		}
 		mu.Lock()
 		steppedOut = true
-		last := delivered
+		last := slices.Clone(delivered)
 		mu.Unlock()
 		if ctx.Err() != nil {
 			// Stopped: hand the lease over at once (best effort).
@@ -300,7 +346,7 @@ func (d *Deliverer) lead(ctx context.Context, cp, rev uint64) {
 			return // give the lease up; acquire again (it is ours until it times out)
 		}
 		mu.Lock()
-		last := delivered
+		last := slices.Clone(delivered)
 		mu.Unlock()
 		rctx, cancel := context.WithTimeout(ctx, d.opts.LeaseTimeout)
 		r, err := d.kv.Update(rctx, leaseKey, leaseValue(d.node, last), rev)

@@ -2,8 +2,9 @@
 // store (MACP_STORE=nats; docs/cluster.md). It keeps the node's runtime
 // current with what the other nodes store:
 //
-//   - a JetStream ordered consumer on the history stream, started after the
-//     stream's last sequence taken before the runtime's recovery, hands
+//   - a JetStream ordered consumer on each history stream (one per
+//     partition), started after the stream's last sequence taken before
+//     the runtime's recovery (natsstore.LastPosition), hands
 //     every stored message's records to runtime.ApplyStored (followers on
 //     this node see envelopes accepted on other nodes; sessions started
 //     elsewhere become resident, so their TTL is armed here too);
@@ -27,6 +28,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -42,7 +44,7 @@ import (
 // Node is the feed of one node. Stop it before closing the runtime.
 type Node struct {
 	cancel context.CancelFunc
-	cc     jetstream.ConsumeContext
+	cc     []jetstream.ConsumeContext // one per history stream
 	wg     sync.WaitGroup
 	sup    *nats.Subscription
 	rt     *runtime.Runtime
@@ -61,49 +63,68 @@ func supersedeSubject(st *natsstore.Store) string {
 	return "macpd.attach.supersede." + st.StreamName()
 }
 
-// Start feeds rt with every message stored after stream sequence after
-// (natsstore.LastStreamSeq, taken before rt.Start), and reg (the
+// Start feeds rt with every message stored after position after
+// (natsstore.LastPosition, taken before rt.Start), and reg (the
 // registries rt resolves modes and policies through) with registry
-// changes.
-func Start(ctx context.Context, st *natsstore.Store, rt *runtime.Runtime, reg *registry.Registry, after uint64, log *slog.Logger) (*Node, error) {
+// changes. A session's messages are all in one stream, so each session's
+// records reach rt in order.
+func Start(ctx context.Context, st *natsstore.Store, rt *runtime.Runtime, reg *registry.Registry, after natsstore.Position, log *slog.Logger) (*Node, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	names := st.StreamNames()
+	if len(after) != len(names) {
+		return nil, fmt.Errorf("cluster: a position of %d streams for %d history streams", len(after), len(names))
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	n := &Node{cancel: cancel}
-	stream, err := st.JetStream().Stream(ctx, st.StreamName())
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:   after + 1,
-	})
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	n.cc, err = cons.Consume(func(m jetstream.Msg) {
-		md, err := m.Metadata()
-		if err != nil {
-			return
+	stopAll := func() {
+		for _, cc := range n.cc {
+			cc.Stop()
 		}
-		_, recs, err := st.Decode(m.Subject(), m.Headers(), m.Data(), md.Sequence.Stream)
-		if err != nil {
-			log.Warn("undecodable history message; sessions read it from the store", "subject", m.Subject(), "err", err)
-			return
-		}
-		rt.ApplyStored(recs)
-	})
-	if err != nil {
 		cancel()
-		return nil, err
+	}
+	for i, name := range names {
+		stream, err := st.JetStream().Stream(ctx, name)
+		if err != nil {
+			stopAll()
+			return nil, err
+		}
+		cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+			DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+			OptStartSeq:   after[i] + 1,
+		})
+		if err != nil {
+			stopAll()
+			return nil, err
+		}
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			if st.Own(m.Headers()) {
+				// This node's own append: its runtime applied it when
+				// the store acknowledged it, or rebuilds the session
+				// from the store after a failed one.
+				return
+			}
+			md, err := m.Metadata()
+			if err != nil {
+				return
+			}
+			_, recs, err := st.Decode(m.Subject(), m.Headers(), m.Data(), md.Sequence.Stream)
+			if err != nil {
+				log.Warn("undecodable history message; sessions read it from the store", "subject", m.Subject(), "err", err)
+				return
+			}
+			rt.ApplyStored(recs)
+		})
+		if err != nil {
+			stopAll()
+			return nil, err
+		}
+		n.cc = append(n.cc, cc)
 	}
 	w, err := st.MetaBucket().WatchAll(ctx, jetstream.UpdatesOnly())
 	if err != nil {
-		n.cc.Stop()
-		cancel()
+		stopAll()
 		return nil, err
 	}
 	// One active connection per caller and session, cluster-wide: this
@@ -121,8 +142,7 @@ func Start(ctx context.Context, st *natsstore.Store, rt *runtime.Runtime, reg *r
 	})
 	if err != nil {
 		_ = w.Stop()
-		n.cc.Stop()
-		cancel()
+		stopAll()
 		return nil, err
 	}
 	n.rt = rt
@@ -191,7 +211,9 @@ func reloadRetry(ctx context.Context, reg *registry.Registry, log *slog.Logger, 
 func (n *Node) Stop() {
 	n.rt.Attachments().SetPublish(nil)
 	_ = n.sup.Unsubscribe()
-	n.cc.Stop()
+	for _, cc := range n.cc {
+		cc.Stop()
+	}
 	n.cancel()
 	n.wg.Wait()
 }

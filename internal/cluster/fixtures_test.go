@@ -43,7 +43,7 @@ func TestFixturesOnNATS(t *testing.T) {
 	}
 	rt := runtime.New(ns, reg, reg, runtime.Options{})
 	rt.EnableSharedStore()
-	after, err := ns.LastStreamSeq(context.Background())
+	after, err := ns.LastPosition(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

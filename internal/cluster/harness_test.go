@@ -75,7 +75,7 @@ func (e *env) config() config.Config {
 	cfg.AllowInsecure = true
 	cfg.Limits.SessionStartsPerMinute = 0
 	cfg.Limits.MessagesPerMinute = 0
-	cfg.NATS = config.NATSConfig{Store: config.StoreNATS, URL: e.nats.AllURLs(), Name: "macp", Replicas: 3, Timeout: 2 * time.Second, Bus: e.bus}
+	cfg.NATS = config.NATSConfig{Store: config.StoreNATS, URL: e.nats.AllURLs(), Name: "macp", Partitions: benchParts, Replicas: 3, Timeout: 2 * time.Second, Bus: e.bus}
 	return cfg
 }
 

@@ -28,6 +28,13 @@ type NATSConfig struct {
 	// Name prefixes the JetStream stream, bucket and subjects macpd uses
 	// (MACP_NATS_NAME, --nats-name): nodes sharing sessions share it.
 	Name string
+	// Partitions is how many history streams a new deployment spreads its
+	// sessions over, so that their leaders spread over the NATS servers
+	// (MACP_NATS_PARTITIONS, --nats-partitions). 0 (the default): the
+	// layout recorded when the deployment was created, 8 for a new one. A
+	// non-zero value must match the recorded layout (a deployment from
+	// before partitions has 1), else macpd refuses to start.
+	Partitions int
 	// Replicas of the stream and buckets when macpd creates them
 	// (MACP_NATS_REPLICAS, --nats-replicas): 3 for a 3-server cluster, 1
 	// for a single server.
@@ -54,6 +61,9 @@ type NATSConfig struct {
 func DefaultNATS() NATSConfig {
 	return NATSConfig{Store: StorePebble, Name: "macp", Replicas: 3, Timeout: 5 * time.Second}
 }
+
+// MaxNATSPartitions bounds MACP_NATS_PARTITIONS (natsstore.MaxPartitions).
+const MaxNATSPartitions = 64
 
 var natsName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
@@ -82,6 +92,9 @@ func (c *Config) validateNATS() []error {
 	}
 	if !natsName.MatchString(n.Name) {
 		bad("MACP_NATS_NAME (--nats-name) %q: letters, digits, '-' and '_' only", n.Name)
+	}
+	if n.Partitions < 0 || n.Partitions > MaxNATSPartitions {
+		bad("MACP_NATS_PARTITIONS (--nats-partitions) %d must be between 1 and %d, or 0 for the deployment's recorded layout", n.Partitions, MaxNATSPartitions)
 	}
 	if n.Replicas < 1 || n.Replicas > 5 {
 		bad("MACP_NATS_REPLICAS (--nats-replicas) %d must be between 1 and 5", n.Replicas)
@@ -126,6 +139,14 @@ func (c *Config) natsFromEnv(lookup Env) []error {
 			n.Replicas = r
 		}
 	}
+	if v, ok := lookup("MACP_NATS_PARTITIONS"); ok && v != "" {
+		p, err := strconv.Atoi(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("MACP_NATS_PARTITIONS: %q is not an integer", v))
+		} else {
+			n.Partitions = p
+		}
+	}
 	if v, ok := lookup("MACP_NATS_TIMEOUT_MS"); ok && v != "" {
 		ms, err := strconv.ParseInt(v, 10, 32)
 		if err != nil {
@@ -152,6 +173,7 @@ func (c *Config) registerNATSFlags(fs *flag.FlagSet) {
 	fs.StringVar(&n.Store, "store", n.Store, "history store: pebble or nats (MACP_STORE)")
 	fs.StringVar(&n.URL, "nats-url", n.URL, "NATS server URLs, comma separated, for --store=nats (MACP_NATS_URL)")
 	fs.StringVar(&n.Name, "nats-name", n.Name, "prefix of the JetStream stream, buckets and subjects (MACP_NATS_NAME)")
+	fs.IntVar(&n.Partitions, "nats-partitions", n.Partitions, "history streams of a new deployment; 0: the recorded layout, else 8 (MACP_NATS_PARTITIONS)")
 	fs.IntVar(&n.Replicas, "nats-replicas", n.Replicas, "replicas of the stream and buckets macpd creates (MACP_NATS_REPLICAS)")
 	fs.DurationVar(&n.Timeout, "nats-timeout", n.Timeout, "bound of each JetStream request (MACP_NATS_TIMEOUT_MS)")
 	fs.BoolVar(&n.Bus, "nats-bus", n.Bus, "serve the message-bus binding over NATS subjects (MACP_NATS_BUS)")

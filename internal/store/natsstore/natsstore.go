@@ -53,11 +53,17 @@ type Options struct {
 	URL string
 	// NATSOptions are extra connection options (credentials, TLS).
 	NATSOptions []nats.Option
-	// Name prefixes the stream, the bucket and the subjects (default
-	// "macp"): stream <Name>_history with subjects <Name>.hist.>, key-value
-	// bucket <Name>_meta. Letters, digits, '-' and '_' only.
+	// Name prefixes the streams, the bucket and the subjects (default
+	// "macp"): see the package doc's Layout. Letters, digits, '-' and '_'
+	// only.
 	Name string
-	// Replicas of the stream and the bucket (default 3; 1 for a single
+	// Partitions is how many history streams a new deployment spreads its
+	// sessions over (0: DefaultPartitions). An existing deployment keeps
+	// the layout recorded when it was created (a deployment from before
+	// partitions, with the one stream <Name>_history, is 1); a non-zero
+	// Partitions that differs from it makes Open fail.
+	Partitions int
+	// Replicas of the streams and the bucket (default 3; 1 for a single
 	// NATS server).
 	Replicas int
 	// Timeout bounds each JetStream request (default 5 s).
@@ -68,24 +74,38 @@ type Options struct {
 	ResolveTimeout time.Duration
 }
 
+// DefaultPartitions is the number of history streams of a new deployment
+// when Options.Partitions is 0.
+const DefaultPartitions = 8
+
+// MaxPartitions bounds Options.Partitions.
+const MaxPartitions = 64
+
 var validName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
 // Store is the JetStream store. It is safe for concurrent use.
 type Store struct {
-	opts   Options
-	nc     *nats.Conn
-	owned  bool
-	js     jetstream.JetStream
-	stream jetstream.Stream
-	meta   jetstream.KeyValue
-	prefix string // "<Name>.hist."
+	opts    Options
+	nc      *nats.Conn
+	owned   bool
+	js      jetstream.JetStream
+	streams []jetstream.Stream // one per partition
+	meta    jetstream.KeyValue
+	prefix  string // "<Name>.hist."
+	// instance starts the Macp-Append id of every message this store value
+	// writes (16 random hex digits, then 16 more per Append call): Own
+	// tells its messages from other nodes'.
+	instance string
 
 	closed atomic.Bool
 	failed atomic.Pointer[error]
 
+	amu sync.Mutex // AppendAsync's check-and-queue step
+
 	mu          sync.Mutex
-	tips        map[string]tip    // session id -> last known message
-	quarantined map[string]string // session id -> why
+	tips        map[string]tip     // session id -> last known message
+	pend        map[string]pending // session id -> parts in flight
+	quarantined map[string]string  // session id -> why
 }
 
 // tip is what the store knows of a session's last stored message.
@@ -97,14 +117,18 @@ type tip struct {
 
 var _ store.Store = (*Store)(nil)
 
-// Open connects (unless Options.Conn is set) and creates or updates the
-// stream and the meta bucket.
+// Open connects (unless Options.Conn is set), reads or records the
+// deployment's layout, and creates or updates the streams and the meta
+// bucket.
 func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.Name == "" {
 		opts.Name = "macp"
 	}
 	if !validName.MatchString(opts.Name) {
 		return nil, fmt.Errorf("natsstore: name %q: letters, digits, '-' and '_' only", opts.Name)
+	}
+	if opts.Partitions < 0 || opts.Partitions > MaxPartitions {
+		return nil, fmt.Errorf("natsstore: partitions %d: between 1 and %d (0: the recorded layout, else %d)", opts.Partitions, MaxPartitions, DefaultPartitions)
 	}
 	if opts.Replicas <= 0 {
 		opts.Replicas = 3
@@ -115,7 +139,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.ResolveTimeout <= 0 {
 		opts.ResolveTimeout = 30 * time.Second
 	}
-	s := &Store{opts: opts, nc: opts.Conn, prefix: opts.Name + ".hist.", tips: make(map[string]tip), quarantined: make(map[string]string)}
+	s := &Store{opts: opts, nc: opts.Conn, prefix: opts.Name + ".hist.", instance: newID()[:16],
+		tips: make(map[string]tip), pend: make(map[string]pending), quarantined: make(map[string]string)}
 	if s.nc == nil {
 		nopts := append([]nats.Option{
 			nats.Name("macpd"),
@@ -136,27 +161,6 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("natsstore: %w", err)
 	}
 	s.js = js
-	cfg := jetstream.StreamConfig{
-		Name:               opts.Name + "_history",
-		Description:        "macpd accepted session history (internal/store/natsstore)",
-		Subjects:           []string{s.prefix + ">"},
-		Storage:            jetstream.FileStorage,
-		Replicas:           opts.Replicas,
-		Retention:          jetstream.LimitsPolicy,
-		Discard:            jetstream.DiscardNew,
-		MaxMsgs:            -1,
-		MaxBytes:           -1,
-		MaxAge:             0,
-		AllowAtomicPublish: true,
-		DenyDelete:         true,
-	}
-	s.stream, err = retry(ctx, opts.Timeout*12, opts.Timeout, func(ctx context.Context) (jetstream.Stream, error) {
-		return js.CreateOrUpdateStream(ctx, cfg)
-	})
-	if err != nil {
-		s.closeConn()
-		return nil, fmt.Errorf("natsstore: stream %s: %w", cfg.Name, err)
-	}
 	s.meta, err = retry(ctx, opts.Timeout*12, opts.Timeout, func(ctx context.Context) (jetstream.KeyValue, error) {
 		return js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:      opts.Name + "_meta",
@@ -170,8 +174,125 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		s.closeConn()
 		return nil, fmt.Errorf("natsstore: meta bucket: %w", err)
 	}
+	parts, err := retry(ctx, opts.Timeout*12, opts.Timeout, s.layout)
+	if err != nil {
+		s.closeConn()
+		return nil, err
+	}
+	if opts.Partitions != 0 && opts.Partitions != parts {
+		s.closeConn()
+		return nil, fmt.Errorf("natsstore: %s keeps its history in %d stream(s), as recorded in bucket %s_meta when the deployment was created; MACP_NATS_PARTITIONS (Options.Partitions) %d does not match: leave it unset (0) or set it to %d",
+			opts.Name, parts, opts.Name, opts.Partitions, parts)
+	}
+	s.opts.Partitions = parts
+	for i := 0; i < parts; i++ {
+		cfg := jetstream.StreamConfig{
+			Name:               s.streamName(i),
+			Description:        "macpd accepted session history (internal/store/natsstore)",
+			Subjects:           []string{s.partPrefix(i) + ">"},
+			Storage:            jetstream.FileStorage,
+			Replicas:           opts.Replicas,
+			Retention:          jetstream.LimitsPolicy,
+			Discard:            jetstream.DiscardNew,
+			MaxMsgs:            -1,
+			MaxBytes:           -1,
+			MaxAge:             0,
+			AllowAtomicPublish: true,
+			DenyDelete:         true,
+		}
+		st, err := retry(ctx, opts.Timeout*12, opts.Timeout, func(ctx context.Context) (jetstream.Stream, error) {
+			return js.CreateOrUpdateStream(ctx, cfg)
+		})
+		if err != nil {
+			s.closeConn()
+			return nil, fmt.Errorf("natsstore: stream %s: %w", cfg.Name, err)
+		}
+		s.streams = append(s.streams, st)
+	}
 	return s, nil
 }
+
+// layoutKey is the meta bucket key of the deployment's layout (not a meta
+// key: those start with "k").
+const layoutKey = "layout"
+
+// layoutValue is the recorded layout.
+type layoutValue struct {
+	Partitions int `json:"partitions"`
+}
+
+// layout returns the deployment's number of history streams: the recorded
+// one; else 1 if the stream of the one-stream layout exists (a deployment
+// from before partitions), else Options.Partitions or DefaultPartitions;
+// recorded by the first node to get there.
+func (s *Store) layout(ctx context.Context) (int, error) {
+	read := func(e jetstream.KeyValueEntry) (int, error) {
+		var v layoutValue
+		if err := json.Unmarshal(e.Value(), &v); err != nil || v.Partitions < 1 || v.Partitions > MaxPartitions {
+			return 0, fmt.Errorf("natsstore: bucket %s_meta key %s: bad layout %q", s.opts.Name, layoutKey, e.Value())
+		}
+		return v.Partitions, nil
+	}
+	e, err := s.meta.Get(ctx, layoutKey)
+	if err == nil {
+		return read(e)
+	}
+	if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, fmt.Errorf("natsstore: reading the layout: %w", err)
+	}
+	parts := s.opts.Partitions
+	if parts == 0 {
+		parts = DefaultPartitions
+	}
+	_, err = s.js.Stream(ctx, s.opts.Name+"_history")
+	switch {
+	case err == nil:
+		parts = 1
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return 0, fmt.Errorf("natsstore: looking for stream %s_history: %w", s.opts.Name, err)
+	}
+	b, _ := json.Marshal(layoutValue{Partitions: parts})
+	if _, err := s.meta.Create(ctx, layoutKey, b); err != nil {
+		if e, gerr := s.meta.Get(ctx, layoutKey); gerr == nil {
+			return read(e) // another node recorded it first
+		}
+		return 0, fmt.Errorf("natsstore: recording the layout: %w", err)
+	}
+	return parts, nil
+}
+
+// streamName is partition i's stream: <Name>_history with one partition
+// (the layout from before partitions), else <Name>_history_<i>.
+func (s *Store) streamName(i int) string {
+	if s.opts.Partitions == 1 {
+		return s.opts.Name + "_history"
+	}
+	return s.opts.Name + "_history_" + strconv.Itoa(i)
+}
+
+// partPrefix is the subject prefix of partition i's sessions.
+func (s *Store) partPrefix(i int) string {
+	if s.opts.Partitions == 1 {
+		return s.prefix
+	}
+	return s.prefix + strconv.Itoa(i) + "."
+}
+
+// partition is the partition of a session: FNV-1a (32 bits) of its id,
+// modulo the number of partitions. It must never change for a layout.
+func (s *Store) partition(id string) int {
+	if s.opts.Partitions <= 1 {
+		return 0
+	}
+	h := uint32(2166136261)
+	for i := 0; i < len(id); i++ {
+		h ^= uint32(id[i])
+		h *= 16777619
+	}
+	return int(h % uint32(s.opts.Partitions))
+}
+
+func (s *Store) streamOf(id string) jetstream.Stream { return s.streams[s.partition(id)] }
 
 // retry runs fn, each attempt bounded by attempt, until it succeeds or
 // budget (or ctx) runs out: stream and bucket creation fail or go
@@ -213,12 +334,26 @@ func (s *Store) Name() string { return s.opts.Name }
 // Replicas returns the replicas of the stream and buckets macpd creates.
 func (s *Store) Replicas() int { return s.opts.Replicas }
 
-// StreamName is the history stream's name.
+// Partitions returns the number of history streams (the deployment's
+// recorded layout).
+func (s *Store) Partitions() int { return s.opts.Partitions }
+
+// StreamName names the deployment's history: the stream itself with one
+// partition, else the prefix of the streams' names (StreamNames).
 func (s *Store) StreamName() string { return s.opts.Name + "_history" }
+
+// StreamNames returns the history streams' names, by partition.
+func (s *Store) StreamNames() []string {
+	out := make([]string, s.opts.Partitions)
+	for i := range out {
+		out[i] = s.streamName(i)
+	}
+	return out
+}
 
 // Subject returns the history subject of a session.
 func (s *Store) Subject(sessionID string) string {
-	return s.prefix + base64.RawURLEncoding.EncodeToString([]byte(sessionID))
+	return s.partPrefix(s.partition(sessionID)) + base64.RawURLEncoding.EncodeToString([]byte(sessionID))
 }
 
 // SessionOf returns the session id of a history subject.
@@ -226,6 +361,18 @@ func (s *Store) SessionOf(subject string) (string, bool) {
 	tok, ok := strings.CutPrefix(subject, s.prefix)
 	if !ok {
 		return "", false
+	}
+	if s.opts.Partitions > 1 {
+		p, rest, ok := strings.Cut(tok, ".")
+		if !ok {
+			return "", false
+		}
+		tok = rest
+		id, err := base64.RawURLEncoding.DecodeString(tok)
+		if err != nil || strconv.Itoa(s.partition(string(id))) != p {
+			return "", false
+		}
+		return string(id), true
 	}
 	id, err := base64.RawURLEncoding.DecodeString(tok)
 	if err != nil {
@@ -293,326 +440,6 @@ func decodeMsg(id string, m *jetstream.RawStreamMsg) ([]session.Record, error) {
 	return recs, nil
 }
 
-// ---- Append ---------------------------------------------------------------
-
-// group is one session's part of an Append call.
-type group struct {
-	id   string
-	recs []session.Record
-	tip  tip
-	last []byte // Hash of the last record, set by build
-}
-
-// outMsg is one message of an append.
-type outMsg struct {
-	g     int // index of its group
-	first bool
-	msg   *nats.Msg
-}
-
-// Append implements store.Store: one message per session (more if its
-// records exceed the connection's max payload), all published as one
-// JetStream atomic batch, each session's first message carrying
-// Nats-Expected-Last-Subject-Sequence. See the package doc.
-func (s *Store) Append(ctx context.Context, recs []session.Record) error {
-	if err := s.check(); err != nil {
-		return err
-	}
-	if len(recs) == 0 {
-		return nil
-	}
-	var groups []*group
-	byID := make(map[string]*group)
-	for _, r := range recs {
-		if !store.ValidSessionID(r.SessionID) {
-			return fmt.Errorf("%w: session id %q", store.ErrInvalid, r.SessionID)
-		}
-		g := byID[r.SessionID]
-		if g == nil {
-			g = &group{id: r.SessionID}
-			byID[r.SessionID] = g
-			groups = append(groups, g)
-		}
-		g.recs = append(g.recs, r)
-	}
-	s.mu.Lock()
-	for _, g := range groups {
-		if why, ok := s.quarantined[g.id]; ok {
-			s.mu.Unlock()
-			return fmt.Errorf("%w: session %s is quarantined: %s", store.ErrCorrupt, g.id, why)
-		}
-		g.tip = s.tips[g.id]
-	}
-	s.mu.Unlock()
-	// Check continuity against the cached tips; a tip that does not fit is
-	// refreshed from the stream (another node may have appended).
-	for _, g := range groups {
-		if g.recs[0].Seq == g.tip.seq+1 && g.tip.hash != nil || g.tip.seq == 0 && g.tip.streamSeq == 0 && g.recs[0].Seq == 1 {
-			if g.tip.hash == nil {
-				g.tip.hash = store.ZeroHash
-			}
-			continue
-		}
-		if err := s.refresh(ctx, g); err != nil {
-			return err
-		}
-		if g.recs[0].Seq != g.tip.seq+1 {
-			return fmt.Errorf("%w: session %s record %d, expected %d", store.ErrConflict, g.id, g.recs[0].Seq, g.tip.seq+1)
-		}
-	}
-	for _, g := range groups {
-		for i, r := range g.recs {
-			if r.Seq != g.recs[0].Seq+uint64(i) {
-				return fmt.Errorf("%w: session %s record %d, expected %d", store.ErrConflict, g.id, r.Seq, g.recs[0].Seq+uint64(i))
-			}
-		}
-	}
-	appendID := newID()
-	for attempt := 0; ; attempt++ {
-		msgs, lasts, err := s.build(groups, appendID)
-		if err != nil {
-			return err
-		}
-		ack, err := s.publish(ctx, msgs)
-		var apiErr *jetstream.APIError
-		switch {
-		case err == nil:
-			s.stored(groups, lasts, ack, len(msgs))
-			return nil
-		case errors.As(err, &apiErr) && (apiErr.ErrorCode == errCodeWrongLastSeq || apiErr.ErrorCode == errCodeWrongLastSeqConst):
-			// Some session moved on (or is being written right now):
-			// refresh every tip; if the records still continue them,
-			// try again, else it is the caller's conflict.
-			for _, g := range groups {
-				if err := s.refresh(ctx, g); err != nil {
-					return err
-				}
-				if g.recs[0].Seq != g.tip.seq+1 {
-					return fmt.Errorf("%w: session %s record %d, expected %d", store.ErrConflict, g.id, g.recs[0].Seq, g.tip.seq+1)
-				}
-			}
-			if attempt >= 50 {
-				return fmt.Errorf("%w: session %s: the stream kept refusing the expected sequence", store.ErrConflict, groups[0].id)
-			}
-			time.Sleep(time.Duration(1+attempt) * time.Millisecond)
-		case errors.As(err, &apiErr):
-			// A definite refusal of another kind: nothing was written.
-			return fmt.Errorf("natsstore: append refused: %w", err)
-		default:
-			// The outcome is unknown (a timeout, a lost connection).
-			return s.resolve(ctx, groups, appendID)
-		}
-	}
-}
-
-// build encodes the groups' records chained after their tips into messages.
-// lasts[i] is the index in msgs of group i's last message.
-func (s *Store) build(groups []*group, appendID string) ([]outMsg, []int, error) {
-	limit := int(s.nc.MaxPayload()) - 1024 // headers
-	var msgs []outMsg
-	lasts := make([]int, len(groups))
-	for gi, g := range groups {
-		prev := g.tip.hash
-		var values [][]byte
-		size, first := 0, g.recs[0].Seq
-		flush := func(isFirst bool) {
-			m := nats.NewMsg(s.Subject(g.id))
-			m.Header.Set(HeaderAppend, appendID)
-			m.Header.Set(HeaderSeq, strconv.FormatUint(first, 10))
-			m.Header.Set(HeaderCount, strconv.Itoa(len(values)))
-			if isFirst {
-				m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(g.tip.streamSeq, 10))
-			}
-			m.Data = encodeValues(values)
-			msgs = append(msgs, outMsg{g: gi, first: isFirst, msg: m})
-			first += uint64(len(values))
-			values, size = nil, 0
-		}
-		isFirst := true
-		for _, r := range g.recs {
-			v, hash, err := record.Encode(r, prev)
-			if err != nil {
-				return nil, nil, err
-			}
-			if len(v)+binary.MaxVarintLen64 > limit {
-				return nil, nil, fmt.Errorf("%w: session %s record %d: %d bytes, more than the NATS max payload %d", store.ErrInvalid, g.id, r.Seq, len(v), s.nc.MaxPayload())
-			}
-			if size+len(v)+binary.MaxVarintLen64 > limit {
-				flush(isFirst)
-				isFirst = false
-			}
-			values = append(values, v)
-			size += len(v) + binary.MaxVarintLen64
-			prev = hash
-		}
-		flush(isFirst)
-		lasts[gi] = len(msgs) - 1
-		g.last = prev
-	}
-	return msgs, lasts, nil
-}
-
-// pubAck is the JetStream answer to a publish or a batch commit.
-type pubAck struct {
-	Stream string              `json:"stream"`
-	Seq    uint64              `json:"seq"`
-	Count  int                 `json:"count"`
-	Error  *jetstream.APIError `json:"error"`
-}
-
-// publish sends msgs as one message or one atomic batch and returns the
-// stream sequence of the last one. An *jetstream.APIError is a definite
-// refusal (nothing written); any other error leaves the outcome unknown.
-func (s *Store) publish(ctx context.Context, msgs []outMsg) (uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-	if len(msgs) > 1 {
-		batch := newID()
-		for i, m := range msgs {
-			m.msg.Header.Set("Nats-Batch-Id", batch)
-			m.msg.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))
-			if i == len(msgs)-1 {
-				m.msg.Header.Set("Nats-Batch-Commit", "1")
-				break
-			}
-			if err := s.nc.PublishMsg(m.msg); err != nil {
-				return 0, err
-			}
-		}
-	}
-	resp, err := s.nc.RequestMsgWithContext(ctx, msgs[len(msgs)-1].msg)
-	if err != nil {
-		return 0, err
-	}
-	var ack pubAck
-	if err := json.Unmarshal(resp.Data, &ack); err != nil {
-		return 0, fmt.Errorf("natsstore: bad publish answer %q: %w", resp.Data, err)
-	}
-	if ack.Error != nil {
-		return 0, ack.Error
-	}
-	if ack.Seq == 0 {
-		return 0, fmt.Errorf("natsstore: publish answer without a sequence: %q", resp.Data)
-	}
-	return ack.Seq, nil
-}
-
-// stored updates the tips after an acknowledged append: an atomic batch is
-// stored contiguously, ending at last.
-func (s *Store) stored(groups []*group, lasts []int, last uint64, n int) {
-	first := last - uint64(n) + 1
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for gi, g := range groups {
-		r := g.recs[len(g.recs)-1]
-		t := tip{streamSeq: first + uint64(lasts[gi]), seq: r.Seq, hash: g.last}
-		if old, ok := s.tips[g.id]; !ok || old.streamSeq < t.streamSeq {
-			s.tips[g.id] = t
-		}
-	}
-}
-
-// refresh loads g's tip from the stream.
-func (s *Store) refresh(ctx context.Context, g *group) error {
-	t, err := s.loadTip(ctx, g.id)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return err
-	}
-	g.tip = t
-	return nil
-}
-
-// loadTip reads a session's last message; ErrNotFound (with a zero tip
-// whose hash is ZeroHash) if it has none.
-func (s *Store) loadTip(ctx context.Context, id string) (tip, error) {
-	m, err := s.lastMsg(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		s.mu.Lock()
-		delete(s.tips, id)
-		s.mu.Unlock()
-		return tip{hash: store.ZeroHash}, err
-	}
-	if err != nil {
-		return tip{}, err
-	}
-	recs, err := decodeMsg(id, m)
-	if err != nil {
-		s.quarantine(id, err)
-		return tip{}, err
-	}
-	last := recs[len(recs)-1]
-	t := tip{streamSeq: m.Sequence, seq: last.Seq, hash: last.Hash}
-	s.mu.Lock()
-	s.tips[id] = t
-	s.mu.Unlock()
-	return t, nil
-}
-
-func (s *Store) lastMsg(ctx context.Context, id string) (*jetstream.RawStreamMsg, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-	m, err := s.stream.GetLastMsgForSubject(ctx, s.Subject(id))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, store.ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("natsstore: session %s: %w", id, err)
-	}
-	return m, nil
-}
-
-// resolve decides an append whose answer was lost. Its first group's
-// message, if stored, is the first message on that subject after the tip
-// it expected; the batch is atomic, so that message tells for all of them.
-// Not there yet: publish again with the same expectations (at most one of
-// the attempts can be stored). Another append's message there: conflict.
-// Undecided when ResolveTimeout runs out: the store fails closed.
-func (s *Store) resolve(ctx context.Context, groups []*group, appendID string) error {
-	deadline := time.Now().Add(s.opts.ResolveTimeout)
-	g := groups[0]
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		if s.closed.Load() {
-			return s.fail(errors.New("closed while an append's outcome was unknown"))
-		}
-		if time.Now().After(deadline) {
-			return s.fail(fmt.Errorf("session %s: the outcome of an append is unknown", g.id))
-		}
-		gctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-		m, err := s.stream.GetMsg(gctx, g.tip.streamSeq+1, jetstream.WithGetMsgSubject(s.Subject(g.id)))
-		cancel()
-		switch {
-		case err == nil && m.Header.Get(HeaderAppend) == appendID:
-			// Stored. The tips are reloaded when next needed.
-			s.forgetTips(groups)
-			return nil
-		case err == nil:
-			s.forgetTips(groups)
-			return fmt.Errorf("%w: session %s: another append was stored first", store.ErrConflict, g.id)
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			msgs, _, berr := s.build(groups, appendID)
-			if berr != nil {
-				return berr
-			}
-			// Any answer but success (a refusal: the first attempt
-			// was stored meanwhile, or is in flight) is decided by
-			// reading again.
-			if _, perr := s.publish(ctx, msgs); perr == nil {
-				s.forgetTips(groups)
-				return nil
-			}
-		}
-		time.Sleep(wait)
-	}
-}
-
-func (s *Store) forgetTips(groups []*group) {
-	s.mu.Lock()
-	for _, g := range groups {
-		delete(s.tips, g.id)
-	}
-	s.mu.Unlock()
-}
-
 func (s *Store) quarantine(id string, err error) {
 	if !errors.Is(err, store.ErrCorrupt) {
 		return
@@ -632,19 +459,51 @@ func newID() string {
 
 // ---- reads ----------------------------------------------------------------
 
-// Read implements store.Store. It reads the session's messages in stream
-// order, one request each, and checks the chain from record 1.
+// Read implements store.Store. If the session's last message holds the
+// record before from, that message alone (one request), its chain checked
+// from that record; else the session's messages in stream order, one
+// request each, the chain checked from record 1.
 func (s *Store) Read(ctx context.Context, id string, from uint64, fn func(session.Record) error) error {
 	if err := s.check(); err != nil {
 		return err
 	}
-	subj := s.Subject(id)
+	if from > 1 {
+		// The records from from on, and the one before them, are often
+		// all in the session's last message (a reader catching up):
+		// one request, the chain checked from the record before from.
+		m, err := s.lastMsg(ctx, id)
+		if err != nil {
+			return err
+		}
+		if first, err := strconv.ParseUint(m.Header.Get(HeaderSeq), 10, 64); err == nil && first > 0 && first < from {
+			recs, err := decodeMsg(id, m)
+			if err != nil {
+				s.quarantine(id, err)
+				return err
+			}
+			chain := &record.Chain{SessionID: id, Seq: recs[0].Seq - 1, Hash: recs[0].PrevHash}
+			for _, r := range recs {
+				if err := chain.Next(r); err != nil {
+					s.quarantine(id, err)
+					return err
+				}
+				if r.Seq < from {
+					continue
+				}
+				if err := fn(r); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	subj, st := s.Subject(id), s.streamOf(id)
 	chain := record.NewChain(id)
 	next := uint64(1)
 	found := false
 	for {
 		gctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-		m, err := s.stream.GetMsg(gctx, next, jetstream.WithGetMsgSubject(subj))
+		m, err := st.GetMsg(gctx, next, jetstream.WithGetMsgSubject(subj))
 		cancel()
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
@@ -713,18 +572,21 @@ func (s *Store) Info(ctx context.Context, id string) (store.SessionInfo, error) 
 	return info, nil
 }
 
-// ids returns every stored session id in order.
+// ids returns every stored session id in order: the subjects of every
+// partition's stream.
 func (s *Store) ids(ctx context.Context) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 6*s.opts.Timeout)
 	defer cancel()
-	si, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(s.prefix+">"))
-	if err != nil {
-		return nil, fmt.Errorf("natsstore: list sessions: %w", err)
-	}
-	ids := make([]string, 0, len(si.State.Subjects))
-	for subj := range si.State.Subjects {
-		if id, ok := s.SessionOf(subj); ok {
-			ids = append(ids, id)
+	var ids []string
+	for i, st := range s.streams {
+		si, err := st.Info(ctx, jetstream.WithSubjectFilter(s.partPrefix(i)+">"))
+		if err != nil {
+			return nil, fmt.Errorf("natsstore: list sessions: %w", err)
+		}
+		for subj := range si.State.Subjects {
+			if id, ok := s.SessionOf(subj); ok {
+				ids = append(ids, id)
+			}
 		}
 	}
 	slices.Sort(ids)
@@ -779,7 +641,7 @@ func (s *Store) Purge(ctx context.Context, id string) error {
 	}
 	pctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	if err := s.stream.Purge(pctx, jetstream.WithPurgeSubject(s.Subject(id))); err != nil {
+	if err := s.streamOf(id).Purge(pctx, jetstream.WithPurgeSubject(s.Subject(id))); err != nil {
 		return fmt.Errorf("natsstore: purge session %s: %w", id, err)
 	}
 	s.mu.Lock()
@@ -916,17 +778,32 @@ func (s *Store) Decode(subject string, hdr nats.Header, data []byte, streamSeq u
 	return id, recs, err
 }
 
-// LastStreamSeq returns the stream's last sequence number: a consumer that
-// starts after it sees every later append.
-func (s *Store) LastStreamSeq(ctx context.Context) (uint64, error) {
+// Own reports whether a history message (its headers, from a consumer)
+// was written by this store value: a node's feed skips its own appends,
+// which its runtime has already applied (or will rebuild from the store).
+func (s *Store) Own(hdr nats.Header) bool {
+	return strings.HasPrefix(hdr.Get(HeaderAppend), s.instance)
+}
+
+// Position is a point in the history: the last stream sequence of each
+// partition's stream, by partition.
+type Position []uint64
+
+// LastPosition returns every history stream's last sequence: consumers
+// that start after it (one per stream) see every later append.
+func (s *Store) LastPosition(ctx context.Context) (Position, error) {
 	if err := s.check(); err != nil {
-		return 0, err
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	info, err := s.stream.Info(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("natsstore: stream info: %w", err)
+	pos := make(Position, len(s.streams))
+	for i, st := range s.streams {
+		info, err := st.Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("natsstore: stream info: %w", err)
+		}
+		pos[i] = info.State.LastSeq
 	}
-	return info.State.LastSeq, nil
+	return pos, nil
 }
