@@ -144,8 +144,9 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 	rt := runtime.New(st, regs, regs, runtime.Options{
 		Limits:                      lim,
 		MaxOpenSessionsPerInitiator: cfg.MaxOpenSessions,
-		Rates:                       runtimeRates(cfg),  // limits.go
-		StreamBuffers:               streamBuffers(cfg), // limits.go
+		Rates:                       runtimeRates(cfg),    // limits.go
+		StreamBuffers:               streamBuffers(cfg),   // limits.go
+		MaxCommitsInFlight:          commitsInFlight(cfg), // limits.go
 		StrictRecovery:              cfg.StrictRecovery,
 		Retention:                   cfg.Retention,
 		EvictAfter:                  cfg.EvictAfter,

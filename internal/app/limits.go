@@ -44,3 +44,15 @@ func registryLimits(cfg config.Config) registry.Limits {
 		MaxDescriptorBytes: cfg.Limits.MaxDescriptorBytes,
 	}
 }
+
+// commitsInFlight is the runtime's commit pipeline depth for the store:
+// the runtime's default for Pebble, whose syncs coalesce on one disk;
+// deeper for NATS, where each append is a replicated round trip and the
+// store pipelines appends (natsstore.AppendAsync), so that the groups of
+// many concurrent clients are in flight together (docs/cluster.md).
+func commitsInFlight(cfg config.Config) int {
+	if cfg.NATS.Store == config.StoreNATS {
+		return 32
+	}
+	return 0
+}

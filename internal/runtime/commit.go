@@ -66,12 +66,13 @@ import (
 //     broken). run returns once every request it took was answered. The
 //     committer never closes the store.
 type committer struct {
-	st       store.Store
-	pipe     store.Pipeliner // st, if it pipelines; else nil
-	maxBatch int
-	log      *slog.Logger
-	metrics  *Metrics    // nil: none
-	clock    clock.Clock // times the appends for metrics
+	st          store.Store
+	pipe        store.Pipeliner // st, if it pipelines; else nil
+	maxBatch    int
+	maxInFlight int // Options.MaxCommitsInFlight
+	log         *slog.Logger
+	metrics     *Metrics    // nil: none
+	clock       clock.Clock // times the appends for metrics
 	// durable runs for each request whose records were stored, on the
 	// completer goroutine, in commit order, before the request's answer.
 	durable func(*commitReq)
@@ -103,18 +104,18 @@ type commitReq struct {
 // record (its append failed).
 var errLost = errors.New("runtime: an earlier record of the session could not be stored")
 
-// maxInFlight bounds the groups started but not yet answered (contract
-// step 5: maxInFlight+2 at most).
-const maxInFlight = 4
+// defaultMaxInFlight is Options.MaxCommitsInFlight's default: the groups
+// started but not yet answered (contract step 5: maxInFlight+2 at most).
+const defaultMaxInFlight = 4
 
 // commitQueue is how many requests may wait for the committer; submit
 // blocks beyond it.
 const commitQueue = 4096
 
-func newCommitter(st store.Store, maxBatch int, log *slog.Logger, metrics *Metrics, clk clock.Clock, durable func(*commitReq)) *committer {
+func newCommitter(st store.Store, maxBatch, maxInFlight int, log *slog.Logger, metrics *Metrics, clk clock.Clock, durable func(*commitReq)) *committer {
 	pipe, _ := st.(store.Pipeliner)
 	return &committer{
-		st: st, pipe: pipe, maxBatch: maxBatch, log: log, metrics: metrics, clock: clock.OrReal(clk), durable: durable,
+		st: st, pipe: pipe, maxBatch: maxBatch, maxInFlight: max(maxInFlight, 1), log: log, metrics: metrics, clock: clock.OrReal(clk), durable: durable,
 		queue: make(chan *commitReq, commitQueue), stopped: make(chan struct{}),
 	}
 }
@@ -160,7 +161,7 @@ func (c *committer) stop() {
 // stop, handing each started group to the completer (steps 4, 5). It
 // returns once every request it took was answered.
 func (c *committer) run() {
-	completions := make(chan inFlight, maxInFlight)
+	completions := make(chan inFlight, c.maxInFlight)
 	finished := make(chan struct{})
 	go func() { defer close(finished); c.complete(completions) }()
 	defer func() { close(completions); <-finished }()

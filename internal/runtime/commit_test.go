@@ -88,7 +88,7 @@ type commitHarness struct {
 
 func newCommitHarness(t *testing.T, st store.Store) *commitHarness {
 	h := &commitHarness{t: t, ran: make(chan struct{})}
-	h.c = newCommitter(st, 256, slog.New(slog.DiscardHandler), nil, nil, func(req *commitReq) {
+	h.c = newCommitter(st, 256, defaultMaxInFlight, slog.New(slog.DiscardHandler), nil, nil, func(req *commitReq) {
 		req.o.answeredWith(req.recs)
 		last := req.recs[len(req.recs)-1]
 		h.mu.Lock()
@@ -264,7 +264,7 @@ func TestCommitterFailedAppendIsFinal(t *testing.T) {
 // previous one syncs; groups are answered in the order they were started
 // even when a later one is durable first; a failed sync fails its group
 // and, the store having failed closed, every group started after it;
-// nothing of them reaches the durable hook. At most maxInFlight+2 groups
+// nothing of them reaches the durable hook. At most defaultMaxInFlight+2 groups
 // are started and unanswered at once.
 func TestCommitterPipelinedOrderAndFailedSync(t *testing.T) {
 	st := &scriptPipe{scriptStore: *newScriptStore()}
@@ -294,14 +294,14 @@ func TestCommitterPipelinedOrderAndFailedSync(t *testing.T) {
 	// groups until the completer's queue is full, then waits.
 	var dones []chan error
 	var calls []appendCall
-	for range maxInFlight + 2 {
+	for range defaultMaxInFlight + 2 {
 		dones = append(dones, h.decide(a))
 		calls = append(calls, recv(t, st.calls, "a pipelined append"))
 	}
 	extra := h.decide(b) // queued: the committer is blocked handing on the last group
 	// A negative check: it cannot fail on a slow machine, only when the
 	// committer starts a group it must not.
-	nothingFor(t, st.calls, 20*time.Millisecond, "a group beyond maxInFlight+2 in flight")
+	nothingFor(t, st.calls, 20*time.Millisecond, "a group beyond defaultMaxInFlight+2 in flight")
 
 	// The first of them fails: it and every later group are refused.
 	calls[0].result <- errors.New("sync failed")
@@ -329,7 +329,7 @@ func TestCommitterPipelinedOrderAndFailedSync(t *testing.T) {
 // waiting; run returns once all are answered.
 func TestCommitterStop(t *testing.T) {
 	st := newScriptStore()
-	c := newCommitter(st, 256, slog.New(slog.DiscardHandler), nil, nil, func(req *commitReq) { req.o.answeredWith(req.recs) })
+	c := newCommitter(st, 256, defaultMaxInFlight, slog.New(slog.DiscardHandler), nil, nil, func(req *commitReq) { req.o.answeredWith(req.recs) })
 	ran := make(chan struct{})
 	go func() { defer close(ran); c.run() }()
 	h := &commitHarness{t: t, c: c}

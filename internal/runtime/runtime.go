@@ -31,6 +31,11 @@ type Options struct {
 	Rates RateLimits
 	// MaxCommitBatch caps how many commit requests one store append groups.
 	MaxCommitBatch int
+	// MaxCommitsInFlight bounds the groups handed to the store and not
+	// yet answered (commit.go; 0 = 4, enough for a local disk whose syncs
+	// coalesce). A replicated store whose appends take a network round
+	// trip (natsstore) needs more to keep its pipeline full.
+	MaxCommitsInFlight int
 	// SubscriberBuffer bounds each watch subscriber's queue.
 	SubscriberBuffer int
 	// MaxWatchPending caps the distinct sessions a coalescing lifecycle
@@ -79,6 +84,9 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.MaxCommitBatch <= 0 {
 		o.MaxCommitBatch = 256
+	}
+	if o.MaxCommitsInFlight <= 0 {
+		o.MaxCommitsInFlight = defaultMaxInFlight
 	}
 	if o.SubscriberBuffer <= 0 {
 		o.SubscriberBuffer = 1024
@@ -184,7 +192,7 @@ func New(st store.Store, modes session.Modes, policies policy.Lookup, opts Optio
 	if opts.Metrics != nil {
 		opts.Metrics.rt.Store(r)
 	}
-	r.commit = newCommitter(st, opts.MaxCommitBatch, opts.Logger, opts.Metrics, opts.Clock, r.completed)
+	r.commit = newCommitter(st, opts.MaxCommitBatch, opts.MaxCommitsInFlight, opts.Logger, opts.Metrics, opts.Clock, r.completed)
 	r.timers = newTimerLoop(opts.Clock, r.expireByTimer)
 	if opts.CommitTimeout > 0 {
 		r.deadlines = newDeadlines(opts.CommitTimeout, opts.Clock)
