@@ -90,5 +90,5 @@ run: ## Run macpd for local development: plaintext, dev identities, history dura
 	MACP_ALLOW_INSECURE=1 go run ./cmd/macpd
 
 .PHONY: examples
-examples: ## Run every program in examples/ against a running macpd (MACP_ADDR, default 127.0.0.1:50051)
-	@set -e; for d in examples/*/; do echo "--- $$d"; go run ./$$d; done
+examples: ## Run every program in examples/ against a running macpd (MACP_ADDR, default 127.0.0.1:50051); examples/polyglot has its own run.sh
+	@set -e; for d in examples/*/; do [ -f $$d/main.go ] || continue; echo "--- $$d"; go run ./$$d; done

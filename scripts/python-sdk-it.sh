@@ -68,52 +68,12 @@ shift
 SDK_DIR=$(cd "$SDK_DIR" && pwd)
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PROTO_DIR=${MACP_PROTO_DIR:-proto}
-case "$PROTO_DIR" in
-  /*) ;;
-  *) PROTO_DIR="$ROOT/$PROTO_DIR" ;;
-esac
-missing=()
-for f in macp/v1/core.proto macp/v1/envelope.proto macp/v1/policy.proto \
-  macp/modes/decision/v1/decision.proto macp/modes/proposal/v1/proposal.proto \
-  macp/modes/task/v1/task.proto macp/modes/handoff/v1/handoff.proto \
-  macp/modes/quorum/v1/quorum.proto; do
-  [[ -f "$PROTO_DIR/$f" ]] || missing+=("$f")
-done
-if [[ ${#missing[@]} -gt 0 ]]; then
-  echo "error: proto dir $PROTO_DIR lacks: ${missing[*]} (set MACP_PROTO_DIR)" >&2
-  exit 2
-fi
-
-PY=/usr/bin/python3
 TESTS=${MACP_SDK_TESTS:-tests/integration}
 
-# ── 1. Debian packages ──────────────────────────────────────────────────
-need_install() {
-  [[ -x $PY ]] || return 0
-  command -v protoc >/dev/null 2>&1 || return 0
-  command -v grpc_python_plugin >/dev/null 2>&1 || return 0
-  $PY - <<'EOF' >/dev/null 2>&1 || return 0
-import grpc, google.protobuf, pytest, pytest_asyncio, pytest_timeout
-EOF
-  return 1
-}
-
-if need_install; then
-  if [[ ${MACP_IT_NO_INSTALL:-0} == 1 ]]; then
-    echo "error: required packages missing and MACP_IT_NO_INSTALL=1" >&2
-    exit 1
-  fi
-  SUDO=
-  if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; fi
-  echo "python-sdk-it: installing Debian packages..." >&2
-  $SUDO apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-    python3 python3-grpcio python3-protobuf python3-pytest python3-pytest-asyncio \
-    python3-pytest-timeout protobuf-compiler protobuf-compiler-grpc >&2
-fi
-
-# ── 2. Generate Python stubs ────────────────────────────────────────────
+# ── 1–2. Debian packages and Python stubs (scripts/sdk-env.sh) ──────────
+# shellcheck source=scripts/sdk-env.sh
+. "$ROOT/scripts/sdk-env.sh"
+SDK_ENV_TAG=python-sdk-it
 STUBS=$(mktemp -d "${TMPDIR:-/tmp}/macp-pystubs.XXXXXX")
 # shellcheck disable=SC2317  # invoked via trap
 cleanup() {
@@ -124,67 +84,7 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
-
-mapfile -t PROTOS < <(cd "$PROTO_DIR" && find macp -name '*.proto' | LC_ALL=C sort)
-[[ ${#PROTOS[@]} -gt 0 ]] || { echo "error: no .proto files under $PROTO_DIR/macp" >&2; exit 2; }
-
-# Include the well-known types (google/protobuf/*.proto, shipped in
-# /usr/include by Debian's protobuf-compiler) in case our protos import them.
-INCLUDES=(-I "$PROTO_DIR")
-[[ -d /usr/include/google/protobuf ]] && INCLUDES+=(-I /usr/include)
-
-protoc "${INCLUDES[@]}" \
-  --python_out="$STUBS" \
-  --grpc_python_out="$STUBS" \
-  --plugin=protoc-gen-grpc_python="$(command -v grpc_python_plugin)" \
-  "${PROTOS[@]}"
-
-# Package markers: every directory below macp/ becomes a regular package,
-# matching the layout of the macp-proto wheel.
-find "$STUBS/macp" -type d -exec touch {}/__init__.py \;
-
-# Smoke-import every generated module (macp/modes/multi_round/v1 included when
-# proto/ has it), so a stub problem fails loudly here rather than as a pile of
-# collection errors; then check the message shapes the SDK relies on.
-# SDK 0.3.0 (April) needs the macp-proto 0.1.2 StreamSessionRequest; SDK 0.4.0
-# (macp-proto >=0.1.3) also calls SuspendSession/ResumeSession and reads
-# CANCELLED and CommitmentPayload.supersedes, which our 0.1.6 tree has.
-SDK_WANTS_013=0
-grep -q 'SuspendSession' "$SDK_DIR/src/macp_sdk/client.py" 2>/dev/null && SDK_WANTS_013=1
-(cd "$STUBS" && find macp -name '*_pb2*.py' | LC_ALL=C sort | sed 's/\.py$//; s#/#.#g') >"$STUBS/.modules"
-PYTHONPATH="$STUBS" PYTHONNOUSERSITE=1 SDK_WANTS_013=$SDK_WANTS_013 PROTO_DIR_SHOWN="$PROTO_DIR" \
-  $PY - "$STUBS/.modules" <<'EOF'
-import importlib, os, sys
-mods = open(sys.argv[1]).read().split()
-for m in mods:
-    importlib.import_module(m)
-needed = [
-    "macp.v1.core_pb2", "macp.v1.core_pb2_grpc", "macp.v1.envelope_pb2",
-    "macp.v1.policy_pb2",
-    "macp.modes.decision.v1.decision_pb2", "macp.modes.proposal.v1.proposal_pb2",
-    "macp.modes.task.v1.task_pb2", "macp.modes.handoff.v1.handoff_pb2",
-    "macp.modes.quorum.v1.quorum_pb2",
-]
-absent = [m for m in needed if m not in mods]
-if absent:
-    raise SystemExit(f"stubs lack modules {absent}")
-from macp.v1 import core_pb2
-fields = {f.name for f in core_pb2.StreamSessionRequest.DESCRIPTOR.fields}
-missing = {"envelope", "subscribe_session_id", "after_sequence"} - fields
-if missing:
-    raise SystemExit(f"StreamSessionRequest lacks fields {sorted(missing)} (SDK needs macp-proto>=0.1.2 shape)")
-if os.environ.get("SDK_WANTS_013") == "1":
-    methods = {m.name for s in core_pb2.DESCRIPTOR.services_by_name.values() for m in s.methods}
-    lacks = [n for n in ("SuspendSession", "ResumeSession") if n not in methods]
-    if "supersedes" not in {f.name for f in core_pb2.CommitmentPayload.DESCRIPTOR.fields}:
-        lacks.append("CommitmentPayload.supersedes")
-    from macp.v1 import envelope_pb2
-    if "SESSION_STATE_CANCELLED" not in envelope_pb2.SessionState.keys():
-        lacks.append("SESSION_STATE_CANCELLED")
-    if lacks:
-        raise SystemExit(f"the SDK needs macp-proto>=0.1.3; the stubs lack {lacks}")
-print(f"python-sdk-it: {len(mods)} stub modules from {os.environ['PROTO_DIR_SHOWN']} import cleanly", file=sys.stderr)
-EOF
+sdk_env_python "$SDK_DIR" "$STUBS"
 
 # ── 3. Run pytest ───────────────────────────────────────────────────────
 # Run from SDK_DIR so pyproject's [tool.pytest.ini_options] (asyncio_mode=auto,

@@ -2,7 +2,9 @@
 # The long checks of make test-all beyond `go test -race ./...` (the
 # Makefile runs this after it). Each was a step of .ci/run; CI runs them
 # through make test-all. Needs qemu-user (qemu-i386) and, under CI=true,
-# the outside clients .ci/run installs.
+# the outside clients .ci/run installs. The polyglot example runs when
+# checkouts of the official SDKs are there (SDK_PY_DIR, SDK_TS_DIR) and is
+# otherwise skipped with a line in the log saying so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -88,6 +90,24 @@ wait $pid
 # Both profiles in one store replay to the same states offline.
 bin/macpctl verify --data-dir "$data"
 bin/macpctl replay --data-dir "$data" --all
+
+# The polyglot example (examples/polyglot): a Go coordinator, a Python SDK
+# voter and a TypeScript SDK voter in one Decision session. It needs
+# checkouts of the official SDKs, which are not part of this repository and
+# are not fetched here (CI does not depend on GitHub): SDK_PY_DIR and
+# SDK_TS_DIR, or ../macp-sdk-python and ../macp-sdk-typescript. Without them
+# the step is skipped and says so; this is the one skip of this script.
+echo "--- polyglot example (examples/polyglot/run.sh)"
+py_sdk=${SDK_PY_DIR:-../macp-sdk-python}
+ts_sdk=${SDK_TS_DIR:-../macp-sdk-typescript}
+if [ -d "$py_sdk" ] && [ -d "$ts_sdk" ]; then
+  SDK_PY_DIR=$py_sdk SDK_TS_DIR=$ts_sdk bash examples/polyglot/run.sh
+elif [ -n "${SDK_PY_DIR:-}" ] || [ -n "${SDK_TS_DIR:-}" ]; then
+  echo "polyglot example: SDK_PY_DIR=${SDK_PY_DIR:-(unset)} SDK_TS_DIR=${SDK_TS_DIR:-(unset)}: set both to existing checkouts" >&2
+  exit 1
+else
+  echo "SKIPPED the polyglot example: no checkouts of the official SDKs (set SDK_PY_DIR and SDK_TS_DIR, or put them at ../macp-sdk-python and ../macp-sdk-typescript); they are not fetched in CI, which does not depend on GitHub"
+fi
 
 # The deterministic simulation's CI budget: 120 seeds without the race
 # detector (make test-all ran a few under it). A failure prints the seed and
