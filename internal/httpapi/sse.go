@@ -110,7 +110,7 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, cerr)
 		return
 	}
-	if md.GetState() != macpv1.SessionState_SESSION_STATE_OPEN {
+	if !liveState(md.GetState()) { // a SUSPENDED session is live: it may resume
 		if last, ok := s.rt.LastSeq(sid); ok && after >= last {
 			w.WriteHeader(http.StatusNoContent) // nothing left, nothing will come
 			return
