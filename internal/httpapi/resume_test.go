@@ -456,35 +456,7 @@ func TestProtocolResumeTrials(t *testing.T) {
 	// The initiator suspends and resumes each session again and again, so
 	// that trials cut, resume and catch up across SessionSuspend and
 	// SessionResume records and attach to SUSPENDED sessions.
-	var toggles atomic.Int64
-	for i, sid := range sids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := rand.New(rand.NewPCG(seed, uint64(i)+1))
-			for {
-				for _, op := range []string{"suspend", "resume"} {
-					d := time.Duration(2+r.IntN(5)) * time.Millisecond
-					if op == "suspend" {
-						d = time.Duration(5+r.IntN(10)) * time.Millisecond
-					}
-					select {
-					case <-stop:
-						if op == "resume" { // leave it OPEN
-							e.do(t, "POST", "/macp/session/"+sid+"/resume", "coord", "application/json", []byte(`{}`))
-						}
-						return
-					case <-time.After(d):
-					}
-					if code, b := e.do(t, "POST", "/macp/session/"+sid+"/"+op, "coord", "application/json", []byte(`{"reason":"trial"}`)); code != 200 {
-						t.Errorf("%s: %d %s", op, code, b)
-						return
-					}
-					toggles.Add(1)
-				}
-			}
-		}()
-	}
+	toggles := e.toggleSuspend(t, sids, seed, stop, &wg)
 	defer func() { close(stop); wg.Wait() }()
 	for sent.Load() < 3*window {
 		time.Sleep(time.Millisecond)

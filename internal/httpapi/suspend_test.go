@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -437,4 +440,41 @@ func TestProtocolSuspendResumeCancel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// toggleSuspend suspends and resumes each of sids as their initiator
+// "coord" over HTTP, again and again (suspended 5-14 ms, open 2-6 ms),
+// until stop closes; each session is left OPEN. It returns the count of
+// accepted suspensions and resumptions.
+func (e *env) toggleSuspend(t *testing.T, sids []string, seed uint64, stop <-chan struct{}, wg *sync.WaitGroup) *atomic.Int64 {
+	var n atomic.Int64
+	for i, sid := range sids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(seed, uint64(i)+1))
+			for {
+				for _, op := range []string{"suspend", "resume"} {
+					d := time.Duration(2+r.IntN(5)) * time.Millisecond
+					if op == "resume" {
+						d = time.Duration(5+r.IntN(10)) * time.Millisecond
+					}
+					select {
+					case <-stop:
+						if op == "resume" { // leave it OPEN
+							e.do(t, "POST", "/macp/session/"+sid+"/resume", "coord", "application/json", []byte(`{}`))
+						}
+						return
+					case <-time.After(d):
+					}
+					if code, b := e.do(t, "POST", "/macp/session/"+sid+"/"+op, "coord", "application/json", []byte(`{"reason":"trial"}`)); code != 200 {
+						t.Errorf("%s: %d %s", op, code, b)
+						return
+					}
+					n.Add(1)
+				}
+			}
+		}()
+	}
+	return &n
 }
