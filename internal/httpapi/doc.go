@@ -5,10 +5,13 @@
 // as gRPC (bearer tokens, JWT, client certificates, dev identities), and
 // every envelope goes through runtime.Send, the same admission path as
 // gRPC Send (validation, authorization matrix, rate limits, ordering,
-// durable-before-ack). Reads use runtime.GetSession / ListSessions /
-// Cancel / Suspend / Resume, and every feed follows a session through runtime.Follow, in one
-// place (follow.go), so all transports share one cursor: the session's
-// sequence number (docs/resume.md).
+// durable-before-ack). Reads use runtime.GetSession / ListSessionsPage,
+// the control routes runtime.Cancel / Suspend / Resume (the initiator
+// only, as gRPC), and every feed follows a session through
+// runtime.Follow, in one place (follow.go), so all transports share one
+// cursor: the session's sequence number (docs/resume.md). A SUSPENDED
+// session is live on every feed (it may be resumed); RESOLVED, EXPIRED
+// and CANCELLED are terminal.
 //
 // Routes (README "HTTP and WebSocket bindings"; docs/security.md):
 //
