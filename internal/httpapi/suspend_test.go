@@ -196,6 +196,28 @@ func TestHTTPCommitmentHash(t *testing.T) {
 	if r2 := e.resolution(t, "coord", second); !bytes.Contains(r2.Commitment, []byte(want)) {
 		t.Fatalf("superseding commitment %s", r2.Commitment)
 	}
+	// The readable feeds' Commitment carries it: SSE ?payload=json and
+	// macp/subscribe "payload": "json".
+	if code, b := e.do(t, "GET", "/macp/session/"+first+"/events?payload=json", "alice", "", nil); code != 200 || !bytes.Contains(b, []byte(`"commitment_hash":"`+want+`"`)) {
+		t.Fatalf("SSE view: %d %s", code, b)
+	}
+	ws := e.dialWS(t, "alice")
+	if err := wsCall(ws, 1, "macp/subscribe", map[string]any{"sessionId": first, "afterSequence": last - 1, "payload": "json"}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := wsRead(ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Method == "notifications/macp/envelope" {
+			if !bytes.Contains(m.Params, []byte(`"commitment_hash":"`+want+`"`)) {
+				t.Fatalf("macp/subscribe view: %s", m.Params)
+			}
+			break
+		}
+	}
+	_ = ws.CloseNow()
 	// session/get carries the profile and the hash too.
 	p := e.pdial(t, "alice")
 	g := p.call("session/get", map[string]any{"sessionId": first})
