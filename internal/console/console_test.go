@@ -363,6 +363,7 @@ func consoleInChromium(t *testing.T, chrome, profile string) {
 	if err != nil || md.Metadata.State != macpv1.SessionState_SESSION_STATE_SUSPENDED {
 		t.Fatalf("after the browser's suspend: %v %v", md, err)
 	}
+	wait("the suspended feed status", `document.getElementById("feed-status").textContent.startsWith("Suspended after seq 2")`)
 	// A suspended session's feed stays open (it is not over).
 	var feedDone bool
 	eval(`window.macpConsole.feedDone`, &feedDone)

@@ -173,7 +173,7 @@
   }
 
   function openSession(sid) {
-    S.sid = sid; S.lastSeq = 0; S.rows = []; S.gaps = 0; S.duplicates = 0; S.feedDone = false; S.feedConnects = 0; S.res = null; S.meta = null;
+    S.sid = sid; S.lastSeq = 0; S.rows = []; S.gaps = 0; S.duplicates = 0; S.feedDone = false; S.feedConnects = 0; S.res = null; S.meta = null; S.pausedShown = false;
     $("s-id").textContent = sid; $("s-state").textContent = ""; $("s-state").className = "state";
     $("s-meta").replaceChildren(); $("s-parts").tBodies[0].replaceChildren();
     $("transcript").tBodies[0].replaceChildren(); $("trail").replaceChildren();
@@ -209,6 +209,12 @@
     dl.replaceChildren(...pairs.flatMap(([k, v]) => { const dd = el("dd", v); dd.dataset.key = k; return [el("dt", k), dd]; }));
     renderControls(m);
     renderTrail();
+    // A SUSPENDED session is not over: its feed stays open and delivers the
+    // SessionResume (or SessionCancel) when it comes.
+    if (!S.feedDone && S.feedConnects > 0) {
+      if (st === "SUSPENDED") { S.pausedShown = true; feedStatus("Suspended after seq " + S.lastSeq + "; still following (nothing arrives until the initiator resumes or cancels it)"); }
+      else if (S.pausedShown) { S.pausedShown = false; feedStatus("Following live"); }
+    }
     const acts = new Map((m.participant_activity || []).map((a) => [a.participant_id, a]));
     const names = [...new Set([m.initiator, ...(m.participants || []), ...acts.keys()])].filter(Boolean);
     $("s-parts").tBodies[0].replaceChildren(...names.map((n) => {
