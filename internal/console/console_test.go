@@ -24,7 +24,9 @@ import (
 	decisionv1 "github.com/macpd/macpd/gen/macp/modes/decision/v1"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/app"
+	"github.com/macpd/macpd/internal/cmthash"
 	"github.com/macpd/macpd/internal/config"
+	"github.com/macpd/macpd/internal/coord"
 )
 
 // chromiumPath finds Debian's chromium; CI installs it (.ci/run), so there
@@ -111,9 +113,23 @@ func as(agent string) context.Context {
 //   - the session link and the snapshot button work from the keyboard;
 //   - screenshots of the main pages at 1280x800 are written to
 //     $MACP_CONSOLE_SCREENSHOTS (or a temporary directory).
+//
+// It runs once per profile (issue 31): a cancelled session is EXPIRED
+// under 2026-04 and CANCELLED under latest, in the list and the view.
 func TestConsoleInChromium(t *testing.T) {
 	chrome := chromiumPath(t)
+	for _, profile := range []string{coord.ProfileApril, coord.ProfileLatest} {
+		t.Run(profile, func(t *testing.T) { consoleInChromium(t, chrome, profile) })
+	}
+}
+
+func consoleInChromium(t *testing.T, chrome, profile string) {
+	cancelled := "EXPIRED" // what a cancellation ends as under profile
+	if coord.IsLatest(profile) {
+		cancelled = "CANCELLED"
+	}
 	cfg := config.Default()
+	cfg.Profile = profile
 	cfg.MemoryOnly = true
 	cfg.BindAddr, cfg.HTTP.Addr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.AllowInsecure = true
@@ -137,7 +153,10 @@ func TestConsoleInChromium(t *testing.T) {
 	shots := os.Getenv("MACP_CONSOLE_SCREENSHOTS")
 	if shots == "" {
 		shots = t.TempDir()
-	} else if err := os.MkdirAll(shots, 0o755); err != nil {
+	} else if coord.IsLatest(profile) {
+		shots = filepath.Join(shots, "latest")
+	}
+	if err := os.MkdirAll(shots, 0o755); err != nil {
 		t.Fatal(err)
 	}
 
@@ -231,7 +250,7 @@ func TestConsoleInChromium(t *testing.T) {
 	wait("the lifecycle feed", `window.macpConsole.listConnects === 1`)
 
 	sid := uuid.NewString()
-	start("coord", sid, "alice", "bob")
+	start("coord", sid, "coord", "alice", "bob")
 	sent = append(sent, "start-"+sid[:8])
 	row := fmt.Sprintf(`document.querySelector('#sessions tr[data-sid=%q]')`, sid)
 	wait("the new session in the list", row+`?.dataset.state === "OPEN"`)
@@ -312,18 +331,103 @@ func TestConsoleInChromium(t *testing.T) {
 	if _, err := rpc.CancelSession(as("coord"), &macpv1.CancelSessionRequest{SessionId: sid2, Reason: "not needed"}); err != nil {
 		t.Fatal(err)
 	}
-	wait("EXPIRED in the list (a cancelled session is EXPIRED)", row2+`?.dataset.state === "EXPIRED"`)
+	wait(cancelled+" in the list (a cancelled session under "+profile+")", row2+`?.dataset.state === "`+cancelled+`"`)
+	// The state filter knows every state: the cancelled session alone.
+	run("filter "+cancelled, chromedp.SetValue("#f-state", "SESSION_STATE_"+cancelled))
+	eval(`document.getElementById("f-state").dispatchEvent(new Event("input"))`, nil)
+	wait("the "+cancelled+" filter", `[...document.querySelectorAll("#sessions tbody tr[data-sid]")].map(r => r.dataset.sid).join() === `+fmt.Sprintf("%q", sid2))
+	run("clear the filter", chromedp.SetValue("#f-state", ""))
+	eval(`document.getElementById("f-state").dispatchEvent(new Event("input"))`, nil)
 	var same bool
 	eval(`window.__sameDocument === true`, &same)
 	if !same {
 		t.Fatal("the page was reloaded")
 	}
 
+	// issue 31: suspend, resume and cancel from the browser. coord starts
+	// a session, opens it and uses the initiator's buttons; the state, the
+	// buttons and the transcript (the runtime's SessionSuspend /
+	// SessionResume / SessionCancel records) follow without a reload.
+	sid3 := uuid.NewString()
+	start("coord", sid3, "alice")
+	eval(fmt.Sprintf(`location.hash = "#/session/" + %q`, sid3), nil)
+	state := `document.getElementById("page-session").dataset.state`
+	shown := func(id string) string { return `!document.getElementById("` + id + `").hidden` }
+	wait("the initiator's controls", state+` === "OPEN" && `+shown("s-controls")+` && `+shown("act-suspend")+` && !`+shown("act-resume")+` && `+shown("act-cancel"))
+	wait("the bound profile", `document.querySelector('#s-meta dd[data-key="Profile"]')?.textContent === `+fmt.Sprintf("%q", profile))
+	click := func(id string) { t.Helper(); run("press "+id, chromedp.Focus("#"+id), chromedp.KeyEvent("\r")) }
+	click("act-suspend")
+	wait("SUSPENDED in the session view", state+` === "SUSPENDED" && `+shown("act-resume")+` && !`+shown("act-suspend")+` && window.macpConsole.rows.some(r => r.type === "SessionSuspend")`+
+		` && document.querySelector('#s-meta dd[data-key="Profile"]')?.textContent === `+fmt.Sprintf("%q", profile))
+	md, err := rpc.GetSession(as("alice"), &macpv1.GetSessionRequest{SessionId: sid3})
+	if err != nil || md.Metadata.State != macpv1.SessionState_SESSION_STATE_SUSPENDED {
+		t.Fatalf("after the browser's suspend: %v %v", md, err)
+	}
+	wait("the suspended feed status", `document.getElementById("feed-status").textContent.startsWith("Suspended after seq 2")`)
+	// A suspended session's feed stays open (it is not over).
+	var feedDone bool
+	eval(`window.macpConsole.feedDone`, &feedDone)
+	if feedDone {
+		t.Fatal("the feed of a SUSPENDED session ended")
+	}
+	shot("suspended.png")
+	eval(`location.hash = "#/"`, nil)
+	row3 := fmt.Sprintf(`document.querySelector('#sessions tr[data-sid=%q]')`, sid3)
+	wait("SUSPENDED in the list", row3+`?.dataset.state === "SUSPENDED"`)
+	run("filter SUSPENDED", chromedp.SetValue("#f-state", "SESSION_STATE_SUSPENDED"))
+	eval(`document.getElementById("f-state").dispatchEvent(new Event("input"))`, nil)
+	wait("the filter", `[...document.querySelectorAll("#sessions tbody tr[data-sid]")].map(r => r.dataset.sid).join() === `+fmt.Sprintf("%q", sid3))
+	run("clear the filter", chromedp.SetValue("#f-state", ""))
+	eval(`document.getElementById("f-state").dispatchEvent(new Event("input"))`, nil)
+	eval(fmt.Sprintf(`location.hash = "#/session/" + %q`, sid3), nil)
+	wait("the resume button", state+` === "SUSPENDED" && `+shown("act-resume"))
+	click("act-resume")
+	wait("OPEN again", state+` === "OPEN" && `+shown("act-suspend")+` && window.macpConsole.rows.some(r => r.type === "SessionResume")`)
+	click("act-cancel")
+	wait(cancelled+" after the browser's cancel", state+` === "`+cancelled+`" && `+`document.getElementById("s-controls").hidden && window.macpConsole.feedDone`)
+	var types []string
+	eval(`window.macpConsole.rows.map(r => r.type)`, &types)
+	if strings.Join(types, ",") != "SessionStart,SessionSuspend,SessionResume,SessionCancel" {
+		t.Fatalf("transcript of the controlled session: %v", types)
+	}
+	// Not the initiator: no buttons (the runtime would refuse FORBIDDEN).
+	sid4 := uuid.NewString()
+	start("alice", sid4, "coord")
+	eval(fmt.Sprintf(`location.hash = "#/session/" + %q`, sid4), nil)
+	wait("a participant's view", state+` === "OPEN" && window.macpConsole.meta?.session_id === `+fmt.Sprintf("%q", sid4))
+	var ctlHidden bool
+	eval(`document.getElementById("s-controls").hidden`, &ctlHidden)
+	if !ctlHidden {
+		t.Fatal("controls shown to a participant who is not the initiator")
+	}
+	// A Commitment that supersedes sid's links to it, with its hash.
+	sid5 := uuid.NewString()
+	start("coord", sid5, "coord", "alice", "bob")
+	send("coord", sid5, "Proposal", "m5-prop", &decisionv1.ProposalPayload{ProposalId: "p5", Option: "vendor B"})
+	send("alice", sid5, "Vote", "m5-vote-a", &decisionv1.VotePayload{ProposalId: "p5", Vote: "APPROVE"})
+	send("bob", sid5, "Vote", "m5-vote-b", &decisionv1.VotePayload{ProposalId: "p5", Vote: "APPROVE"})
+	prior := &macpv1.CommitmentPayload{CommitmentId: "c1", Action: "decision.selected",
+		AuthorityScope: "procurement", Reason: "approved by all", ModeVersion: "1.0.0", ConfigurationVersion: "cfg-1", OutcomePositive: true}
+	hash, err := cmthash.Hash(prior)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send("coord", sid5, "Commitment", "m5-commit", &macpv1.CommitmentPayload{CommitmentId: "c5", Action: "decision.selected",
+		AuthorityScope: "procurement", Reason: "vendor A withdrew", ModeVersion: "1.0.0", ConfigurationVersion: "cfg-1", OutcomePositive: true,
+		Supersedes: &macpv1.CommitmentRef{SessionId: sid, CommitmentHash: hash}})
+	eval(fmt.Sprintf(`location.hash = "#/session/" + %q`, sid5), nil)
+	wait("the supersession link", `document.getElementById("trail-supersedes")?.getAttribute("href") === `+fmt.Sprintf("%q", "#/session/"+sid)+
+		` && document.getElementById("trail-commitment").textContent.includes(`+fmt.Sprintf("%q", hash)+`)`)
+	shot("supersedes.png")
+	run("follow the supersession link", chromedp.Focus("#trail-supersedes"), chromedp.KeyEvent("\r"))
+	wait("the superseded session", state+` === "RESOLVED" && window.macpConsole.sid === `+fmt.Sprintf("%q", sid)+
+		` && document.querySelector('#s-meta dd[data-key="Commitment hash"]')?.textContent === `+fmt.Sprintf("%q", hash))
+
 	eval(`location.hash = "#/modes"`, nil)
 	wait("the modes", `document.querySelectorAll("#modes tbody tr").length >= 5 && document.querySelectorAll("#policies tbody tr").length >= 1`)
 	shot("modes.png")
 	eval(`location.hash = "#/health"`, nil)
-	wait("the health page", `document.getElementById("health").textContent.includes("reachable") && document.querySelectorAll("#counts tbody tr").length === 3`)
+	wait("the health page", `document.getElementById("health").textContent.includes("reachable") && document.querySelectorAll("#counts tbody tr").length === 5`)
 	shot("health.png")
 
 	// Reading eve's session directly is refused and shows nothing of it.

@@ -16,6 +16,17 @@
 //     ticket and resumes after the last sequence number it showed
 //     (after_sequence, the same cursor as Last-Event-ID), so the
 //     transcript has no gaps and no duplicates;
+//   - the session view also reads GET /macp/session/{id}/resolution for
+//     the session's bound profile (2026-04 or 2026-09) and, once RESOLVED,
+//     its commitment hash; a Commitment whose payload has supersedes
+//     links to the superseded session;
+//   - the session's initiator gets Suspend, Resume and Cancel buttons
+//     (POST /macp/session/{id}/suspend, /resume, /cancel), shown as the
+//     state allows (suspend: OPEN; resume: SUSPENDED; cancel: either);
+//     other identities get none, since the runtime allows only the
+//     initiator. SUSPENDED is live: the feed stays open; CANCELLED (profile
+//     latest) and EXPIRED end it. Lists, filters and the health counts
+//     know OPEN, SUSPENDED, RESOLVED, EXPIRED and CANCELLED;
 //   - the snapshot button reads GET /macp/session/{id}/state-window and
 //     offers the report for download;
 //   - modes, policies and health come from GET /macp/modes,

@@ -1,18 +1,21 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"mime"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode"
+	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/wire"
 	"google.golang.org/protobuf/proto"
 )
@@ -34,7 +37,10 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /macp/envelope", s.postEnvelope(false))
 	m.HandleFunc("POST /macp/session/start", s.postEnvelope(true))
 	m.HandleFunc("GET /macp/session/{id}", s.getSession)
-	m.HandleFunc("POST /macp/session/{id}/cancel", s.cancelSession)
+	m.HandleFunc("POST /macp/session/{id}/cancel", s.controlSession(s.rt.Cancel))
+	m.HandleFunc("POST /macp/session/{id}/suspend", s.controlSession(s.rt.Suspend))
+	m.HandleFunc("POST /macp/session/{id}/resume", s.controlSession(s.rt.Resume))
+	m.HandleFunc("GET /macp/session/{id}/resolution", s.getResolution) // resolution.go
 	m.HandleFunc("GET /macp/session/{id}/events", s.sse)
 	m.HandleFunc("GET /macp/sessions", s.listSessions)
 	m.HandleFunc("GET /macp/sessions/events", s.sessionEvents) // lifecycle.go
@@ -170,42 +176,78 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 	WriteJSON(w, md)
 }
 
-func (s *Server) cancelSession(w http.ResponseWriter, r *http.Request) {
-	id, _, cerr := s.Identify(r, false, false)
-	if cerr != nil {
-		WriteError(w, cerr)
-		return
+// controlOp is one of the runtime's control-plane operations on a session
+// (runtime.Cancel, Suspend, Resume): the initiator only, a runtime-emitted
+// record on success.
+type controlOp func(ctx context.Context, id coord.Identity, sessionID, reason string) (*macpv1.Ack, *coord.Error)
+
+// controlSession serves POST /macp/session/{id}/cancel, /suspend and
+// /resume: body {"reason": "..."} (may be {}), answer the operation's Ack
+// (200), or its refusal with the registry's status (FORBIDDEN 403,
+// SESSION_NOT_FOUND 404, SESSION_NOT_OPEN 409, ...), as gRPC
+// CancelSession, SuspendSession and ResumeSession.
+func (s *Server) controlSession(op controlOp) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, _, cerr := s.Identify(r, false, false)
+		if cerr != nil {
+			WriteError(w, cerr)
+			return
+		}
+		var body struct {
+			Reason string `json:"reason"`
+		}
+		b, cerr := s.readBody(w, r)
+		if cerr != nil {
+			WriteError(w, cerr)
+			return
+		}
+		dec := json.NewDecoder(strings.NewReader(string(b)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil || dec.More() {
+			WriteError(w, coord.Errorf(coord.CodeInvalidEnvelope, `the body must be {"reason": "..."}`))
+			return
+		}
+		if !validUTF8(b) {
+			WriteError(w, coord.Errorf(coord.CodeInvalidEnvelope, "the body is not valid UTF-8"))
+			return
+		}
+		ctx, cancel := s.unaryCtx(r)
+		defer cancel()
+		ack, cerr := op(ctx, id, r.PathValue("id"), body.Reason)
+		if cerr != nil {
+			WriteError(w, cerr)
+			return
+		}
+		s.writeAck(w, ack)
 	}
-	var body struct {
-		Reason string `json:"reason"`
-	}
-	b, cerr := s.readBody(w, r)
-	if cerr != nil {
-		WriteError(w, cerr)
-		return
-	}
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil || dec.More() {
-		WriteError(w, coord.Errorf(coord.CodeInvalidEnvelope, `the body must be {"reason": "..."}`))
-		return
-	}
-	if !validUTF8(b) {
-		WriteError(w, coord.Errorf(coord.CodeInvalidEnvelope, "the body is not valid UTF-8"))
-		return
-	}
-	ctx, cancel := s.unaryCtx(r)
-	defer cancel()
-	ack, cerr := s.rt.Cancel(ctx, id, r.PathValue("id"), body.Reason)
-	if cerr != nil {
-		WriteError(w, cerr)
-		return
-	}
-	s.writeAck(w, ack)
 }
 
+// listSessions is gRPC ListSessions: every session the caller may see in
+// one answer, or one page of them with ?page_size=N and/or
+// ?page_token=T (runtime.ListSessionsPage, the same pages and tokens as
+// gRPC); next_page_token is "" on the last page. A negative or
+// non-numeric page_size, or a token this runtime did not issue, is
+// INVALID_ENVELOPE (400).
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	id, _, cerr := s.Identify(r, true, false)
+	if cerr != nil {
+		WriteError(w, cerr)
+		return
+	}
+	q := r.URL.Query()
+	var size int32
+	if v, ok, cerr := queryValue(q, "page_size"); cerr != nil {
+		WriteError(w, cerr)
+		return
+	} else if ok {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || n < 0 {
+			WriteError(w, coord.Errorf(coord.CodeInvalidEnvelope, "page_size=%q: use 0..%d (0: the server's maximum)", v, runtime.MaxPageSize))
+			return
+		}
+		size = int32(n)
+	}
+	token, _, cerr := queryValue(q, "page_token")
 	if cerr != nil {
 		WriteError(w, cerr)
 		return
@@ -216,7 +258,12 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.unaryCtx(r)
 	defer cancel()
-	WriteJSON(w, &macpv1.ListSessionsResponse{Sessions: s.rt.ListSessions(ctx, id)})
+	page, next, err := s.rt.ListSessionsPage(ctx, id, size, token)
+	if err != nil {
+		WriteError(w, coord.Errorf(coord.CodeInvalidEnvelope, "%s", strings.TrimPrefix(err.Error(), "runtime: ")))
+		return
+	}
+	WriteJSON(w, &macpv1.ListSessionsResponse{Sessions: page, NextPageToken: next})
 }
 
 // listModes is discovery: no credentials needed (as gRPC ListModes), but

@@ -49,19 +49,33 @@ func TestCrossTransportResume(t *testing.T) {
 					default:
 					}
 					id := fmt.Sprintf("s%d-%s-%d-%d", i, via, j, n)
+					// Refused SESSION_NOT_OPEN while the session is SUSPENDED.
 					if via == "grpc" {
 						if ack := e.grpcProposal(t, "coord", sid, id); !ack.Ok {
-							t.Errorf("grpc send: %v", ack)
+							if ack.GetError().GetCode() != "SESSION_NOT_OPEN" {
+								t.Errorf("grpc send: %v", ack)
+								return
+							}
+							time.Sleep(time.Millisecond)
+							continue
+						}
+					} else if code, b := e.post(t, "coord", proposalJSON(sid, id, id)); code != 200 {
+						if code != 409 || !bytes.Contains(b, []byte("SESSION_NOT_OPEN")) {
+							t.Errorf("http send: %d %s", code, b)
 							return
 						}
-					} else {
-						e.mustAck(t, "/macp/envelope", "coord", proposalJSON(sid, id, id))
+						time.Sleep(time.Millisecond)
+						continue
 					}
 					sent.Add(1)
 				}
 			}()
 		}
 	}
+	// The initiator suspends and resumes the sessions meanwhile: every
+	// transport delivers the runtime's SessionSuspend / SessionResume
+	// records and keeps following a SUSPENDED session.
+	toggles := e.toggleSuspend(t, sids, seed, stop, &wg)
 	defer func() { close(stop); wg.Wait() }()
 	for sent.Load() < 50 {
 		time.Sleep(time.Millisecond)
@@ -121,5 +135,8 @@ func TestCrossTransportResume(t *testing.T) {
 		}
 	}
 	t.Logf("time per transport %v", dur)
-	t.Logf("%d trials, transport pairs %v, %d envelopes sent meanwhile", trials, pairs, sent.Load())
+	if toggles.Load() == 0 {
+		t.Fatal("no session was suspended during the trials")
+	}
+	t.Logf("%d trials, transport pairs %v, %d envelopes sent and %d suspensions/resumptions meanwhile", trials, pairs, sent.Load(), toggles.Load())
 }

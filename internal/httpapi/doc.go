@@ -5,19 +5,25 @@
 // as gRPC (bearer tokens, JWT, client certificates, dev identities), and
 // every envelope goes through runtime.Send, the same admission path as
 // gRPC Send (validation, authorization matrix, rate limits, ordering,
-// durable-before-ack). Reads use runtime.GetSession / ListSessions /
-// Cancel, and every feed follows a session through runtime.Follow, in one
-// place (follow.go), so all transports share one cursor: the session's
-// sequence number (docs/resume.md).
+// durable-before-ack). Reads use runtime.GetSession / ListSessionsPage,
+// the control routes runtime.Cancel / Suspend / Resume (the initiator
+// only, as gRPC), and every feed follows a session through
+// runtime.Follow, in one place (follow.go), so all transports share one
+// cursor: the session's sequence number (docs/resume.md). A SUSPENDED
+// session is live on every feed (it may be resumed); RESOLVED, EXPIRED
+// and CANCELLED are terminal.
 //
 // Routes (README "HTTP and WebSocket bindings"; docs/security.md):
 //
 //	POST /macp/envelope              Envelope JSON -> Ack JSON
 //	POST /macp/session/start         SessionStart Envelope JSON -> Ack JSON
 //	GET  /macp/session/{id}          SessionMetadata JSON
-//	POST /macp/session/{id}/cancel   {"reason": "..."} -> Ack JSON
+//	POST /macp/session/{id}/cancel   {"reason": "..."} -> Ack JSON (CancelSession: EXPIRED under 2026-04, CANCELLED under latest)
+//	POST /macp/session/{id}/suspend  {"reason": "..."} -> Ack JSON (SuspendSession: OPEN -> SUSPENDED)
+//	POST /macp/session/{id}/resume   {"reason": "..."} -> Ack JSON (ResumeSession: SUSPENDED -> OPEN)
+//	GET  /macp/session/{id}/resolution  Resolution JSON: bound profile, Commitment and its commitment hash (resolution.go)
 //	GET  /macp/session/{id}/events   SSE: id = sequence number, data = Envelope JSON
-//	GET  /macp/sessions              ListSessionsResponse JSON
+//	GET  /macp/sessions              ListSessionsResponse JSON; ?page_size=N&page_token=T pages it (as gRPC)
 //	GET  /macp/sessions/events       SSE: lifecycle events of the sessions the caller may observe (lifecycle.go)
 //	GET  /macp/modes                 ListModesResponse JSON (no credentials needed)
 //	GET  /macp/policies              ListPoliciesResponse JSON

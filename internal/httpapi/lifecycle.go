@@ -16,9 +16,11 @@ import (
 //	GET /macp/sessions/events   SSE: event "lifecycle", data = SessionLifecycleEvent JSON
 //
 // It sends a CREATED event for every live (OPEN or SUSPENDED) session the
-// caller may observe (the sync), then the live CREATED/RESOLVED/EXPIRED
-// events (a cancelled session is EXPIRED with state CANCELLED) of the
-// sessions the caller may observe, without duplicates across the sync:
+// caller may observe (the sync), then the live CREATED, SUSPENDED,
+// RESUMED, RESOLVED, EXPIRED and CANCELLED events of the sessions the
+// caller may observe (a cancellation is EXPIRED under profile 2026-04 and
+// CANCELLED under latest, as the session's state says), without
+// duplicates across the sync:
 // runtime.SessionWatch, the same feed as gRPC WatchSessions. Lifecycle
 // events have no sequence number, so there is no resume: a client that
 // reconnects re-reads GET /macp/sessions and watches again. Bounded like

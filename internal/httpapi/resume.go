@@ -320,18 +320,35 @@ func (s *Server) rpcGet(ctx context.Context, id coord.Identity, sid string) (any
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the metadata could not be encoded"}
 	}
-	return map[string]any{"sessionId": sid, "sessionEventId": last, "metadata": json.RawMessage(b)}, nil
+	out := map[string]any{"sessionId": sid, "sessionEventId": last, "metadata": json.RawMessage(b)}
+	// The session's bound profile and, once RESOLVED, its commitment hash
+	// (the supersedes reference a later Commitment names), as
+	// GET /macp/session/{id}/resolution has them.
+	if res, cerr := s.resolutionOf(ctx, md); cerr == nil {
+		out["profile"] = res.Profile
+		if res.CommitmentHash != "" {
+			out["commitmentHash"] = res.CommitmentHash
+		}
+	}
+	return out, nil
 }
 
-// endSession cancels sid when id is its initiator and it is OPEN
-// (session/end); anyone else only detaches.
+// endSession cancels sid when id is its initiator and it is live, OPEN or
+// SUSPENDED (session/end): it ends EXPIRED under profile 2026-04 and
+// CANCELLED under latest, as CancelSession. Anyone else only detaches.
 func (s *Server) endSession(ctx context.Context, id coord.Identity, sid string) bool {
 	md, cerr := s.rt.GetSession(ctx, id, sid)
-	if cerr != nil || md.GetInitiator() != id.Sender || md.GetState() != macpv1.SessionState_SESSION_STATE_OPEN {
+	if cerr != nil || md.GetInitiator() != id.Sender || !liveState(md.GetState()) {
 		return false
 	}
 	ack, cerr := s.rt.Cancel(ctx, id, sid, "session/end by the initiator")
 	return cerr == nil && ack.GetOk()
+}
+
+// liveState reports whether a session in state st may still change: OPEN
+// or SUSPENDED (RESOLVED, EXPIRED and CANCELLED are terminal).
+func liveState(st macpv1.SessionState) bool {
+	return st == macpv1.SessionState_SESSION_STATE_OPEN || st == macpv1.SessionState_SESSION_STATE_SUSPENDED
 }
 
 // ResumeFeatures is the advertisement of protocol-mode sessions: the

@@ -184,3 +184,64 @@ func TestSDKResumeEndedWhileAway(t *testing.T) {
 		t.Fatalf("sequence %v", got)
 	}
 }
+
+// A session suspended while the SDK is disconnected is still live:
+// DialResume re-attaches to it (session/resume of a SUSPENDED session),
+// receives the runtime's SessionSuspend and the SUSPENDED state, keeps
+// following through the resume, and ends with io.EOF once the session is
+// cancelled (CANCELLED under profile latest).
+func TestSDKResumeSuspendedWhileAway(t *testing.T) {
+	cfg := testConfig()
+	cfg.Profile = "latest"
+	e := startApp(t, cfg)
+	sid := e.startSession(t, "coord", "alice")
+	cu := &cutter{}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := sdk.DialResume(ctx, "ws://"+e.a.HTTPAddr()+"/macp/ws", "alice", sid, 0,
+		sdk.WithResumeHTTPClient(cu.client()),
+		sdk.WithResumeSubscribeOptions(sdk.WithReconnectBackoff(time.Millisecond, 10*time.Millisecond)))
+	defer s.Close()
+	var types []string
+	lastState := ""
+	next := func() bool {
+		t.Helper()
+		ev, err := s.Next()
+		if err == io.EOF {
+			return false
+		}
+		if err != nil {
+			t.Fatalf("%v (got %v)", err, types)
+		}
+		switch ev.Kind {
+		case sdk.KindEnvelope:
+			types = append(types, fmt.Sprint(ev.Seq, ":", ev.Envelope.MessageType))
+		case sdk.KindSession:
+			lastState = ev.Metadata.GetState().String()
+		}
+		return true
+	}
+	for len(types) < 1 {
+		next()
+	}
+	cu.cut()
+	if code, _ := e.control(t, "coord", sid, "suspend"); code != 200 {
+		t.Fatal("suspend")
+	}
+	for len(types) < 2 || lastState != "SESSION_STATE_SUSPENDED" {
+		next()
+	}
+	if s.Reconnects() < 1 {
+		t.Fatal("no reconnect after the cut")
+	}
+	e.control(t, "coord", sid, "resume")
+	for len(types) < 3 || lastState != "SESSION_STATE_OPEN" {
+		next()
+	}
+	e.control(t, "coord", sid, "cancel")
+	for next() {
+	}
+	if got := fmt.Sprint(types); got != "[1:SessionStart 2:SessionSuspend 3:SessionResume 4:SessionCancel]" || lastState != "SESSION_STATE_CANCELLED" {
+		t.Fatalf("got %s, last state %s", got, lastState)
+	}
+}

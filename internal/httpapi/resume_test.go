@@ -417,27 +417,46 @@ func TestProtocolResumeTrials(t *testing.T) {
 					default:
 					}
 					id := fmt.Sprintf("s%d-%s-%d-%d", i, via, j, n)
+					// While the controller below holds the session
+					// SUSPENDED, sends are refused SESSION_NOT_OPEN.
+					ok := true
 					switch via {
 					case "grpc":
 						if ack := e.grpcProposal(t, "coord", sid, id); !ack.Ok {
-							t.Errorf("grpc send: %v", ack)
-							return
+							if ack.GetError().GetCode() != "SESSION_NOT_OPEN" {
+								t.Errorf("grpc send: %v", ack)
+								return
+							}
+							ok = false
 						}
 					case "http":
-						e.mustAck(t, "/macp/envelope", "coord", proposalJSON(sid, id, id))
+						if code, b := e.post(t, "coord", proposalJSON(sid, id, id)); code == 409 && bytes.Contains(b, []byte("SESSION_NOT_OPEN")) {
+							ok = false
+						} else if code != 200 {
+							t.Errorf("http send: %d %s", code, b)
+							return
+						}
 					case "ws":
 						m := ws.call("macp/send", map[string]any{"envelope": json.RawMessage(proposalJSON(sid, id, id))})
-						if m.Error != nil || !bytes.Contains(m.Result, []byte(`"ok":true`)) {
+						if m.Error == nil && bytes.Contains(m.Result, []byte("SESSION_NOT_OPEN")) {
+							ok = false
+						} else if m.Error != nil || !bytes.Contains(m.Result, []byte(`"ok":true`)) {
 							t.Errorf("ws send: %+v %s", m.Error, m.Result)
 							return
 						}
 					}
-					sent.Add(1)
+					if ok {
+						sent.Add(1)
+					}
 					time.Sleep(time.Millisecond)
 				}
 			}()
 		}
 	}
+	// The initiator suspends and resumes each session again and again, so
+	// that trials cut, resume and catch up across SessionSuspend and
+	// SessionResume records and attach to SUSPENDED sessions.
+	toggles := e.toggleSuspend(t, sids, seed, stop, &wg)
 	defer func() { close(stop); wg.Wait() }()
 	for sent.Load() < 3*window {
 		time.Sleep(time.Millisecond)
@@ -504,6 +523,9 @@ func TestProtocolResumeTrials(t *testing.T) {
 			}
 		}
 		before, _ := e.a.Runtime().LastSeq(sid)
+		if md, err := e.c.GetSession(as(agent), &macpv1.GetSessionRequest{SessionId: sid}); err == nil && md.GetMetadata().GetState() == macpv1.SessionState_SESSION_STATE_SUSPENDED {
+			counts["suspended-at-resume"]++
+		}
 		n2 := 1 + rng.IntN(4)
 		var got []uint64
 		var gotB [][]byte
@@ -571,10 +593,10 @@ func TestProtocolResumeTrials(t *testing.T) {
 		}
 		counts[via]++
 	}
-	if counts["catchup"] == 0 || counts["outside"] == 0 || counts["state-cursor"] == 0 {
-		t.Fatalf("trials did not cover both outcomes: %v", counts)
+	if counts["catchup"] == 0 || counts["outside"] == 0 || counts["state-cursor"] == 0 || counts["suspended-at-resume"] == 0 {
+		t.Fatalf("trials did not cover both outcomes and suspended sessions: %v", counts)
 	}
-	t.Logf("%d trials %v, %d envelopes sent meanwhile", trials, counts, sent.Load())
+	t.Logf("%d trials %v, %d envelopes sent and %d suspensions/resumptions meanwhile", trials, counts, sent.Load(), toggles.Load())
 }
 
 var _ = context.Background

@@ -15,7 +15,8 @@ import (
 )
 
 // JSON-RPC over HTTP (docs/resume.md "Protocol mode"): the same methods
-// as /macp/ws (macp/send, session/start, session/resume, session/end,
+// as /macp/ws (macp/send, macp/cancelSession, macp/suspendSession,
+// macp/resumeSession, session/start, session/resume, session/end,
 // session/get), one request per POST, with server-to-client notifications
 // on a separate Server-Sent Events stream:
 //
@@ -193,6 +194,7 @@ func (s *Server) rpcPost(w http.ResponseWriter, r *http.Request) {
 	d.Register("macp/send", func(ctx context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
 		return s.rpcSend(ctx, id, req)
 	})
+	s.registerControl(d, id)
 	pc.register(d)
 	ctx, cancel := s.unaryCtx(r)
 	defer cancel()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/cmthash"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/wire"
 	"google.golang.org/protobuf/proto"
@@ -71,12 +72,26 @@ func payloadView(r *http.Request) (bool, *coord.Error) {
 
 // encodeEnvelope is the envelope JSON of a feed: proto3 JSON (payload as
 // base64 of the exact bytes), or the canonical view with decoded
-// payloads.
+// payloads. In the view, a Commitment also carries "commitment_hash", its
+// RFC-MACP-0013 hash (internal/cmthash), so a reader can name it in a
+// later Commitment's supersedes without computing it (absent when the
+// payload is not hashable under macp-commitment-hash/1).
 func encodeEnvelope(env *macpv1.Envelope, view bool) ([]byte, error) {
-	if view {
-		return wire.EncodeCanonical(env)
+	if !view {
+		return wire.EncodeEnvelope(env)
 	}
-	return wire.EncodeEnvelope(env)
+	if env.GetMessageType() == "Commitment" {
+		var p macpv1.CommitmentPayload
+		if proto.Unmarshal(env.GetPayload(), &p) == nil {
+			if h, err := cmthash.Hash(&p); err == nil {
+				return json.Marshal(struct {
+					wire.CanonicalEnvelope
+					CommitmentHash string `json:"commitment_hash"`
+				}{wire.Canonical(env), h})
+			}
+		}
+	}
+	return wire.EncodeCanonical(env)
 }
 
 // sse streams a session's accepted envelopes as Server-Sent Events: one
@@ -110,7 +125,7 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, cerr)
 		return
 	}
-	if md.GetState() != macpv1.SessionState_SESSION_STATE_OPEN {
+	if !liveState(md.GetState()) { // a SUSPENDED session is live: it may resume
 		if last, ok := s.rt.LastSeq(sid); ok && after >= last {
 			w.WriteHeader(http.StatusNoContent) // nothing left, nothing will come
 			return

@@ -25,6 +25,8 @@ import (
 //	macp/send        {"envelope": <Envelope JSON>}                -> <Ack JSON>
 //	macp/subscribe   {"sessionId", "afterSequence"?, "payload"?}  -> {"sessionId", "lastSequence", "resumeAfter"}
 //	macp/unsubscribe {"sessionId"}                                -> {"sessionId", "lastSequence"}
+//	macp/cancelSession, macp/suspendSession, macp/resumeSession
+//	                 {"sessionId", "reason"?}                     -> <Ack JSON> (resolution.go)
 //
 // Notifications (server to client), per subscribed session in sequence
 // order, after the subscribe response:
@@ -159,6 +161,7 @@ func (wc *wsConn) readLoop() (websocket.StatusCode, string) {
 	d.Register("macp/send", wc.send)
 	d.Register("macp/subscribe", wc.subscribe)
 	d.Register("macp/unsubscribe", wc.unsubscribe)
+	wc.s.registerControl(d, wc.id) // resolution.go
 	wc.pc.register(d)
 	for {
 		typ, msg, err := wc.c.Read(wc.ctx)

@@ -190,7 +190,7 @@ func (pc *protoConn) sessionResume(ctx context.Context, req *jsonrpc.Request) (a
 	if cerr != nil {
 		return nil, macpRPCError(cerr)
 	}
-	if md.GetState() != macpv1.SessionState_SESSION_STATE_OPEN {
+	if !liveState(md.GetState()) { // a SUSPENDED session attaches like an OPEN one
 		return nil, pc.s.endedError(ctx, md)
 	}
 	return pc.attachHere(req, p.SessionID, after, stateSeen, func(catchup bool, from uint64) any {

@@ -22,5 +22,13 @@
 // "payload" is the decoded object when the schema is known, else
 // "payload_b64"; it is for display and never for re-sending bytes.
 //
+// Payload schemas (PayloadType): the Core types' own messages
+// (SessionStart, SessionCancel, and the runtime's SessionSuspend and
+// SessionResume of the latest profile, Commitment, Signal, Progress) and
+// macp.modes.<mode>.v1.<Type>Payload for the standard modes. States and
+// lifecycle events are written by their enum names, SESSION_STATE_SUSPENDED,
+// SESSION_STATE_CANCELLED, EVENT_TYPE_SUSPENDED, EVENT_TYPE_RESUMED and
+// EVENT_TYPE_CANCELLED included.
+//
 // The package does no I/O and holds no state.
 package wire

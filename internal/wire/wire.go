@@ -26,11 +26,13 @@ import (
 
 // corePayloads are the Core message types' payloads (RFC-MACP-0001 §6).
 var corePayloads = map[string]protoreflect.FullName{
-	coord.TypeSessionStart: "macp.v1.SessionStartPayload",
-	"SessionCancel":        "macp.v1.SessionCancelPayload",
-	"Commitment":           "macp.v1.CommitmentPayload",
-	coord.TypeSignal:       "macp.v1.SignalPayload",
-	coord.TypeProgress:     "macp.v1.ProgressPayload",
+	coord.TypeSessionStart:   "macp.v1.SessionStartPayload",
+	"SessionCancel":          "macp.v1.SessionCancelPayload",
+	coord.TypeSessionSuspend: "macp.v1.SessionSuspendPayload",
+	coord.TypeSessionResume:  "macp.v1.SessionResumePayload",
+	"Commitment":             "macp.v1.CommitmentPayload",
+	coord.TypeSignal:         "macp.v1.SignalPayload",
+	coord.TypeProgress:       "macp.v1.ProgressPayload",
 }
 
 // PayloadType finds the payload message of messageType in mode: a Core

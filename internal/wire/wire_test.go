@@ -88,3 +88,34 @@ func TestDecodeEnvelopeDuplicateKeys(t *testing.T) {
 		t.Fatalf("distinct keys: %v %v", env, cerr)
 	}
 }
+
+// The latest profile's Core additions in every JSON form: the runtime's
+// SessionSuspend / SessionResume payloads decode in the canonical view
+// (and as payload objects on input), and the SUSPENDED and CANCELLED
+// states and their lifecycle events have their enum names.
+func TestSuspendResumeJSON(t *testing.T) {
+	for typ, m := range map[string]proto.Message{
+		coord.TypeSessionSuspend: &macpv1.SessionSuspendPayload{Reason: "r", SuspendedBy: "coord"},
+		coord.TypeSessionResume:  &macpv1.SessionResumePayload{Reason: "r", ResumedBy: "coord", BankedMs: 42},
+	} {
+		b, _ := proto.Marshal(m)
+		env := &macpv1.Envelope{MacpVersion: "1.0", Mode: "macp.mode.decision.v1", MessageType: typ, MessageId: "m", SessionId: "s", Sender: "_runtime", Payload: b}
+		c := Canonical(env)
+		if c.PayloadB64 != nil || !bytes.Contains(c.Payload, []byte(`"reason":"r"`)) {
+			t.Fatalf("%s: canonical payload %s", typ, c.Payload)
+		}
+		js, _ := EncodeCanonical(env)
+		back, cerr := DecodeEnvelope(js)
+		if cerr != nil || !proto.Equal(back, env) {
+			t.Fatalf("%s: %s round trip %v %v", typ, js, back, cerr)
+		}
+		if !IsCore(typ) {
+			t.Fatalf("%s is a Core type", typ)
+		}
+	}
+	md, _ := Compact(&macpv1.SessionMetadata{State: macpv1.SessionState_SESSION_STATE_SUSPENDED})
+	ev, _ := Compact(&macpv1.SessionLifecycleEvent{EventType: macpv1.SessionLifecycleEvent_EVENT_TYPE_CANCELLED, Session: &macpv1.SessionMetadata{State: macpv1.SessionState_SESSION_STATE_CANCELLED}})
+	if !bytes.Contains(md, []byte(`"state":"SESSION_STATE_SUSPENDED"`)) || !bytes.Contains(ev, []byte(`"event_type":"EVENT_TYPE_CANCELLED"`)) || !bytes.Contains(ev, []byte(`"SESSION_STATE_CANCELLED"`)) {
+		t.Fatalf("%s %s", md, ev)
+	}
+}

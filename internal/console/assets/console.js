@@ -8,12 +8,15 @@
     sessions: [], listTimer: null, listGen: 0,
     sid: null, feed: null, feedGen: 0, feedConnects: 0, feedDone: false,
     lastSeq: 0, gaps: 0, duplicates: 0, rows: [], metaTimer: null,
+    res: null, // GET /macp/session/{id}/resolution: bound profile, commitment hash
   };
   window.macpConsole = S; // read by the browser tests and handy in devtools
 
   const $ = (id) => document.getElementById(id);
   const el = (tag, text, cls) => { const e = document.createElement(tag); if (text !== undefined && text !== null) e.textContent = String(text); if (cls) e.className = cls; return e; };
   const stateName = (s) => String(s || "").replace("SESSION_STATE_", "");
+  // Live states may still change; RESOLVED, EXPIRED and CANCELLED are final.
+  const live = (st) => st === "SESSION_STATE_OPEN" || st === "SESSION_STATE_SUSPENDED";
   const when = (ms) => { const n = Number(ms); return n > 0 ? new Date(n).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z") : "—"; };
 
   class APIError extends Error {
@@ -170,16 +173,22 @@
   }
 
   function openSession(sid) {
-    S.sid = sid; S.lastSeq = 0; S.rows = []; S.gaps = 0; S.duplicates = 0; S.feedDone = false; S.feedConnects = 0;
+    S.sid = sid; S.lastSeq = 0; S.rows = []; S.gaps = 0; S.duplicates = 0; S.feedDone = false; S.feedConnects = 0; S.res = null; S.meta = null; S.pausedShown = false;
     $("s-id").textContent = sid; $("s-state").textContent = ""; $("s-state").className = "state";
     $("s-meta").replaceChildren(); $("s-parts").tBodies[0].replaceChildren();
     $("transcript").tBodies[0].replaceChildren(); $("trail").replaceChildren();
-    $("snap-out").textContent = "";
+    $("snap-out").textContent = ""; $("act-status").textContent = ""; $("s-controls").hidden = true;
     const gen = S.feedGen;
     const meta = async () => {
       if (gen !== S.feedGen) return;
-      try { renderMeta(await api("/macp/session/" + encodeURIComponent(sid))); showError(null); }
-      catch (e) { if (gen === S.feedGen) showError(e); }
+      try {
+        const m = await api("/macp/session/" + encodeURIComponent(sid));
+        // The bound profile never changes; the commitment hash appears
+        // once the session is RESOLVED: re-read only when the state moved.
+        if (!S.res || S.res.state !== m.state) S.res = await api("/macp/session/" + encodeURIComponent(sid) + "/resolution");
+        if (gen !== S.feedGen) return;
+        renderMeta(m); showError(null);
+      } catch (e) { if (gen === S.feedGen) showError(e); }
       if (gen === S.feedGen) S.metaTimer = setTimeout(meta, 2000);
     };
     meta();
@@ -194,8 +203,18 @@
     const dl = $("s-meta");
     const pairs = [["Mode", m.mode], ["Mode version", m.mode_version], ["Configuration version", m.configuration_version],
       ["Policy version", m.policy_version], ["Initiator", m.initiator], ["Participants", (m.participants || []).join(", ")],
-      ["Started", when(m.started_at_unix_ms)], ["Expires", when(m.expires_at_unix_ms)], ["Context id", m.context_id || "—"]];
-    dl.replaceChildren(...pairs.flatMap(([k, v]) => [el("dt", k), el("dd", v)]));
+      ["Started", when(m.started_at_unix_ms)], ["Expires", when(m.expires_at_unix_ms)], ["Context id", m.context_id || "—"],
+      ["Profile", (S.res && S.res.profile) || "—"]];
+    if (S.res && S.res.commitment_hash) pairs.push(["Commitment hash", S.res.commitment_hash]);
+    dl.replaceChildren(...pairs.flatMap(([k, v]) => { const dd = el("dd", v); dd.dataset.key = k; return [el("dt", k), dd]; }));
+    renderControls(m);
+    renderTrail();
+    // A SUSPENDED session is not over: its feed stays open and delivers the
+    // SessionResume (or SessionCancel) when it comes.
+    if (!S.feedDone && S.feedConnects > 0) {
+      if (st === "SUSPENDED") { S.pausedShown = true; feedStatus("Suspended after seq " + S.lastSeq + "; still following (nothing arrives until the initiator resumes or cancels it)"); }
+      else if (S.pausedShown) { S.pausedShown = false; feedStatus("Following live"); }
+    }
     const acts = new Map((m.participant_activity || []).map((a) => [a.participant_id, a]));
     const names = [...new Set([m.initiator, ...(m.participants || []), ...acts.keys()])].filter(Boolean);
     $("s-parts").tBodies[0].replaceChildren(...names.map((n) => {
@@ -203,6 +222,34 @@
       const tr = el("tr"); tr.append(el("td", n), el("td", a.message_count || 0), el("td", when(a.last_message_at_unix_ms))); return tr;
     }));
   }
+
+  // --- suspend, resume, cancel ---------------------------------------------
+  // Shown to the session's initiator only: the runtime allows nobody else
+  // (FORBIDDEN), so other identities see no buttons. Suspend needs OPEN,
+  // resume SUSPENDED, cancel either.
+  function renderControls(m) {
+    const mine = !!S.sender && m.initiator === S.sender;
+    const st = m.state;
+    $("act-suspend").hidden = st !== "SESSION_STATE_OPEN";
+    $("act-resume").hidden = st !== "SESSION_STATE_SUSPENDED";
+    $("act-cancel").hidden = !live(st);
+    $("s-controls").hidden = !mine || !live(st);
+  }
+  async function control(op) {
+    const sid = S.sid, out = $("act-status");
+    out.textContent = op + "…";
+    try {
+      const ack = await api("/macp/session/" + encodeURIComponent(sid) + "/" + op, {
+        method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ reason: op + " from the console" }) });
+      if (sid !== S.sid) return;
+      out.textContent = op + ": " + stateName(ack && ack.session_state);
+      const m = await api("/macp/session/" + encodeURIComponent(sid));
+      const res = await api("/macp/session/" + encodeURIComponent(sid) + "/resolution"); // the state moved
+      if (sid !== S.sid) return;
+      S.res = res; renderMeta(m);
+    } catch (e) { if (sid === S.sid) out.textContent = op + " refused: " + e.message; }
+  }
+  for (const op of ["suspend", "resume", "cancel"]) $("act-" + op).addEventListener("click", () => control(op));
 
   function feedStatus(t) { $("feed-status").textContent = t; }
 
@@ -246,7 +293,7 @@
         // 204 (terminal, nothing left) or a refusal: ask the session.
         try {
           const m = await api("/macp/session/" + encodeURIComponent(sid));
-          if (m.state !== "SESSION_STATE_OPEN" && S.lastSeq > 0) { S.feedDone = true; feedStatus("Session ended; transcript complete (" + S.lastSeq + " envelopes)"); return; }
+          if (!live(m.state) && S.lastSeq > 0) { S.feedDone = true; feedStatus("Session ended; transcript complete (" + S.lastSeq + " envelopes)"); return; }
         } catch (e) { showError(e); }
       }
       feedStatus("Connection lost; resuming after seq " + S.lastSeq + "…");
@@ -324,6 +371,15 @@
       const d = el("div", null, "trail-item commit"); d.id = "trail-commitment";
       const pos = commit.payload && commit.payload.outcome_positive;
       d.append(el("strong", "Commitment by " + commit.sender + (pos === false ? " (negative outcome)" : "")), el("div", summary(commit.payload)));
+      // A Commitment that supersedes an earlier one links to its session.
+      const sup = commit.payload && commit.payload.supersedes;
+      if (sup && sup.session_id) {
+        const p = el("div", "Supersedes the commitment of session ");
+        const a = el("a", sup.session_id); a.id = "trail-supersedes"; a.href = "#/session/" + encodeURIComponent(sup.session_id);
+        p.append(a, el("span", " (" + (sup.commitment_hash || "no hash") + ")", "muted"));
+        d.append(p);
+      }
+      if (S.res && S.res.commitment_hash) d.append(el("div", "commitment hash " + S.res.commitment_hash, "muted"));
       out.push(d);
     }
     if (!out.length) out.push(el("p", "Nothing proposed yet.", "muted"));
@@ -380,7 +436,7 @@
       const s = await api("/macp/sessions");
       const counts = new Map();
       for (const x of (s && s.sessions) || []) counts.set(stateName(x.state), (counts.get(stateName(x.state)) || 0) + 1);
-      $("counts").tBodies[0].replaceChildren(...["OPEN", "RESOLVED", "EXPIRED"].map((k) => { const tr = el("tr"); tr.append(el("td", k), el("td", counts.get(k) || 0)); return tr; }));
+      $("counts").tBodies[0].replaceChildren(...["OPEN", "SUSPENDED", "RESOLVED", "EXPIRED", "CANCELLED"].map((k) => { const tr = el("tr"); tr.append(el("td", k), el("td", counts.get(k) || 0)); return tr; }));
     } catch (e) {
       dl.replaceChildren(el("dt", "Status"), el("dd", "unreachable: " + e.message));
     }
