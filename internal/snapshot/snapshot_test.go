@@ -209,7 +209,7 @@ func TestWireInputEqualsRecords(t *testing.T) {
 				envs = append(envs, r.Envelope)
 			}
 		}
-		p, err := snapshot.Build(snapshot.InputFromWire(h.s.Metadata(), envs), keyOpts)
+		p, err := snapshot.Build(snapshot.InputFromWire(h.s.Metadata(), envs, h.s.Binding.Profile), keyOpts)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

@@ -20,7 +20,10 @@ import (
 // metadata was OPEN when the envelopes were read). With decay > 0 it also
 // lists the subsequent sessions (ListSessions: the ones the caller may
 // observe, the same candidates as the HTTP report's for that caller). The
-// Input equals the one the runtime's own history gives.
+// protocol profile is snapshot.WireProfile's, with the profile the
+// runtime's manifest (GetManifest) says it binds new sessions to. The
+// Input equals the one the runtime's own history gives (for the profile:
+// unless MACP_PROFILE changed since the session started).
 func FromRuntime(ctx context.Context, rpc macpv1.MACPRuntimeServiceClient, sessionID string, decay int) (snapshot.Input, []string, error) {
 	envs, err := ReadHistory(ctx, rpc, sessionID)
 	if err != nil {
@@ -54,7 +57,13 @@ func FromRuntime(ctx context.Context, rpc macpv1.MACPRuntimeServiceClient, sessi
 		// The runtime listed only what the caller may observe.
 		sub = snapshot.Subsequent(starts, sessionID, decay, snapshot.Viewer{Observer: true})
 	}
-	return snapshot.InputFromWire(md, envs), sub, nil
+	// The wire does not carry a session's protocol profile; the runtime's
+	// manifest names the one it binds new sessions to (snapshot.WireProfile).
+	man, err := rpc.GetManifest(ctx, &macpv1.GetManifestRequest{})
+	if err != nil {
+		return snapshot.Input{}, nil, err
+	}
+	return snapshot.InputFromWire(md, envs, man.GetManifest().GetMetadata()["profile"]), sub, nil
 }
 
 // ReadHistory reads a session's accepted envelopes in sequence order over
