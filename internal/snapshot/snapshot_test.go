@@ -245,6 +245,15 @@ func TestGoldenIDs(t *testing.T) {
 	decay := keyOpts
 	decay.DecayRuns, decay.Subsequent = 2, []string{sidB, sidC}
 	add("resolved.decay2", resolved(t, sidA).recs, decay)
+	// Issue 31: profile 2026-09 and suspension. The 2026-04 ids above did
+	// not change when profiles entered the derivation (protocol_profile
+	// is only present for 2026-09).
+	add("suspended.latest", suspended(t, sidB, "latest").recs, keyOpts)
+	add("resumed.resolved.latest", resumedResolved(t, sidA, "latest", 11).recs, keyOpts)
+	add("resumed.resolved", resumedResolved(t, sidA, "", 11).recs, keyOpts)
+	add("cancelled.latest", newHist(t, startOpts{id: sidC, profile: "latest"}).cancel("stop").recs, keyOpts)
+	add("superseding.latest", superseding(t, sidD, "latest").recs, keyOpts)
+	add("superseding.latest.strict", superseding(t, sidD, "latest").recs, strict)
 
 	path := filepath.Join("testdata", "golden.json")
 	if *update {
