@@ -74,14 +74,14 @@ type Supersedes struct {
 // Validate): never timestamps, intents, reasons, payload bytes, extension
 // values, host names, runtime versions or rejected envelopes.
 type Payload struct {
-	Format               Name     `json:"format"`
-	Session              Key      `json:"session"`
-	Window               Window   `json:"window"`
-	PrivacyProfile       Class    `json:"privacy_profile"`
+	Format         Name   `json:"format"`
+	Session        Key    `json:"session"`
+	Window         Window `json:"window"`
+	PrivacyProfile Class  `json:"privacy_profile"`
 	// ProtocolProfile is the protocol profile the session is bound to,
 	// present only when it is not 2026-04 (so every 2026-04 payload, and
 	// id, is what it was before profiles existed).
-	ProtocolProfile Class `json:"protocol_profile,omitempty"`
+	ProtocolProfile      Class    `json:"protocol_profile,omitempty"`
 	Mode                 Name     `json:"mode"`
 	ModeVersion          ID       `json:"mode_version"`
 	ConfigurationVersion ID       `json:"configuration_version"`
