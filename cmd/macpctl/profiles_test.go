@@ -192,3 +192,69 @@ func TestReplayWhatIfKeepsSuspension(t *testing.T) {
 		}
 	}
 }
+
+// Issue 31: macpctl replay --profile re-decides a stored session under the
+// other protocol profile's rules (a what-if: exit 0 whatever it finds) and
+// reports the first diverging sequence number. A 2026-04 session ended by
+// CancelSession (start 1, suspend 2, cancel 3) diverges at 3 under latest,
+// where the cancel ends it CANCELLED; a latest one (start, proposal,
+// suspend, cancel) at 4 under 2026-04, where it ends EXPIRED; a resolved
+// session diverges nowhere, but its what-if snapshot id names the other
+// profile.
+func TestReplayWhatIfAcrossProfiles(t *testing.T) {
+	dir, ids, _ := bothProfilesDataDir(t)
+	r := runner{t, map[string]string{"MACP_ALLOW_INSECURE": "1"}}
+	for _, c := range []struct {
+		name, profile, version, stored, whatIf string
+		seq                                    float64
+	}{
+		{"aCancelled", "latest", "2026-09", "EXPIRED", "CANCELLED", 3},
+		{"aCrossCancel", "2026-09", "2026-09", "EXPIRED", "CANCELLED", 3},
+		{"lCancelled", "2026-04", "2026-04", "CANCELLED", "EXPIRED", 4},
+	} {
+		res := r.ok("replay", "--data-dir", dir, ids[c.name], "--profile", c.profile)
+		m := obj(t, res.lines()[0])
+		wantField(t, m, "profile", "rebind", "kind")
+		wantField(t, m, c.version, "rebind", "version")
+		wantField(t, m, true, "diverged")
+		wantField(t, m, c.seq, "first_divergence_seq")
+		wantField(t, m, c.stored, "divergence_state", "stored")
+		wantField(t, m, c.whatIf, "divergence_state", "what_if")
+		wantField(t, m, c.stored, "original", "state")
+		wantField(t, m, c.whatIf, "what_if", "state")
+		if v := field(m, "divergence_code"); v != nil {
+			t.Errorf("%s: a state divergence has code %v", c.name, v)
+		}
+	}
+	// No divergence: a suspended-resumed-resolved session under latest.
+	plain := obj(t, r.ok("replay", "--data-dir", dir, ids["aResolved"]).lines()[0])
+	res := r.ok("replay", "--data-dir", dir, ids["aResolved"], "--profile", "latest")
+	m := obj(t, res.lines()[0])
+	wantField(t, m, false, "diverged")
+	wantField(t, m, "RESOLVED", "what_if", "state")
+	if v := field(m, "first_divergence_seq"); v != nil {
+		t.Errorf("first_divergence_seq %v", v)
+	}
+	if w, p := field(m, "what_if_state_snapshot_id"), field(plain, "state_snapshot_id"); w == nil || p == nil || w == p {
+		t.Errorf("what-if snapshot %v, stored %v: the profile must reach the id", w, p)
+	}
+	// Under its own profile the what-if snapshot is the stored one.
+	m = obj(t, r.ok("replay", "--data-dir", dir, ids["aResolved"], "--profile", "2026-04").lines()[0])
+	wantField(t, m, false, "diverged")
+	wantField(t, m, field(plain, "state_snapshot_id"), "what_if_state_snapshot_id")
+	// --all: the two April sessions ended by a cancel diverge.
+	all := r.ok("replay", "--data-dir", dir, "--all", "--profile", "latest")
+	if !strings.HasSuffix(all.out, fmt.Sprintf("%d sessions replayed, 2 diverged\n", len(ids))) ||
+		!strings.Contains(all.out, ids["aCancelled"]) || !strings.Contains(all.out, ids["aCrossCancel"]) {
+		t.Errorf("replay --all --profile latest:\n%s", all.out)
+	}
+	// Usage errors.
+	for _, args := range [][]string{
+		{"--profile", "2031-01"},
+		{"--profile", "latest", "--mode-version", "2.0.0"},
+	} {
+		if res := r.run(append([]string{"replay", "--data-dir", dir, ids["aResolved"]}, args...)...); res.code != 2 {
+			t.Errorf("%v: exit %d %s", args, res.code, res.errOut)
+		}
+	}
+}
