@@ -73,7 +73,7 @@ type whatIfJSON struct {
 	// accepted but left the session in another state (a cancel: EXPIRED
 	// under 2026-04, CANCELLED under 2026-09).
 	DivergenceState *stateDivergenceJSON `json:"divergence_state,omitempty"`
-	Error           string       `json:"error,omitempty"`
+	Error           string               `json:"error,omitempty"`
 }
 
 type stateDivergenceJSON struct {
