@@ -16,7 +16,6 @@ import (
 	"github.com/macpd/macpd/sdk"
 )
 
-
 // Sessions of the profile-latest determinism run (issue 31).
 const (
 	detLResumed     = "9f5c7a8e-1b6d-4c2e-9fa0-4e5b6c7d8e9f"
