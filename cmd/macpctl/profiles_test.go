@@ -12,6 +12,8 @@ import (
 	"github.com/macpd/macpd/internal/app"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/snapshot"
+	"github.com/macpd/macpd/internal/snapshot/snapshotio"
 )
 
 // profileRun drives sessions of one macpd run through the CLI.
@@ -255,6 +257,65 @@ func TestReplayWhatIfAcrossProfiles(t *testing.T) {
 	} {
 		if res := r.run(append([]string{"replay", "--data-dir", dir, ids["aResolved"]}, args...)...); res.code != 2 {
 			t.Errorf("%v: exit %d %s", args, res.code, res.errOut)
+		}
+	}
+}
+
+// Issue 31: snapshots of sessions of both profiles. Offline (--data-dir,
+// the recorded profile) equals the server's own service for every
+// session; online (GetSession + StreamSession, whose profile the wire does
+// not carry) equals offline for the sessions whose profile the history
+// shows (CANCELLED, EXPIRED by a cancel) or that are bound to the profile
+// the server binds now (latest). Payloads of latest sessions name
+// protocol_profile 2026-09, 2026-04 ones do not; a SUSPENDED session is
+// snapshotted with state SUSPENDED and no outcome.
+func TestSnapshotBothProfilesOnlineOffline(t *testing.T) {
+	dir, ids, states := bothProfilesDataDir(t)
+	a := startApp(t, func(c *config.Config) { c.MemoryOnly, c.DataDir, c.Profile = false, dir, "latest" })
+	r := runner{t, map[string]string{"MACP_ADDR": a.Addr(), "MACP_ALLOW_INSECURE": "1"}}
+	online, service := map[string]string{}, map[string]string{}
+	for n, sid := range ids {
+		rep, err := a.Snapshots().StateWindow(context.Background(), sid, snapshotio.Query{})
+		if err != nil {
+			t.Fatalf("%s: %v", n, err)
+		}
+		service[n] = string(rep.Snapshot.StateSnapshotID)
+		if n == "aResolved" || n == "aSuspended" || n == "aResumed" {
+			continue // 2026-04 sessions the wire cannot tell from latest ones
+		}
+		online[n] = r.ok("snapshot", sid, "--agent", "coord", "--payload").out
+	}
+	if len(online) != 5 {
+		t.Fatalf("read %d sessions online", len(online))
+	}
+	if err := a.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	off := runner{t, map[string]string{"MACP_ALLOW_INSECURE": "1"}}
+	for n, sid := range ids {
+		payload := off.ok("snapshot", sid, "--data-dir", dir, "--payload").out
+		id := string(snapshot.HashBytes([]byte(strings.TrimSuffix(payload, "\n"))))
+		if id != service[n] {
+			t.Errorf("%s: offline %s, service %s", n, id, service[n])
+		}
+		if o, ok := online[n]; ok && o != payload {
+			t.Errorf("%s: online\n%s\noffline\n%s", n, o, payload)
+		}
+		p := obj(t, payload)
+		wantField(t, p, states[n], "state")
+		want := any(nil)
+		if strings.HasPrefix(n, "l") {
+			want = "2026-09"
+		}
+		if got := field(p, "protocol_profile"); got != want {
+			t.Errorf("%s: protocol_profile %v, want %v", n, got, want)
+		}
+		if states[n] == "SUSPENDED" || states[n] == "OPEN" {
+			if field(p, "outcome") != nil {
+				t.Errorf("%s: a %s session has an outcome: %s", n, states[n], payload)
+			}
+		} else {
+			wantField(t, p, map[string]string{"RESOLVED": "commitment", "EXPIRED": "cancel", "CANCELLED": "cancel"}[states[n]], "outcome", "ended_by")
 		}
 	}
 }
