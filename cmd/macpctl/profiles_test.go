@@ -224,6 +224,8 @@ func TestReplayWhatIfAcrossProfiles(t *testing.T) {
 		wantField(t, m, c.whatIf, "divergence_state", "what_if")
 		wantField(t, m, c.stored, "original", "state")
 		wantField(t, m, c.whatIf, "what_if", "state")
+		wantField(t, m, c.version, "what_if", "profile")
+		wantField(t, m, map[string]string{"a": "2026-04", "l": "2026-09"}[c.name[:1]], "original", "profile")
 		if v := field(m, "divergence_code"); v != nil {
 			t.Errorf("%s: a state divergence has code %v", c.name, v)
 		}

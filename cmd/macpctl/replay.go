@@ -35,6 +35,9 @@ func (e replayDiverged) Error() string { return fmt.Sprintf("%d session(s) diver
 
 // outcomeJSON is a session's end as replay reports it.
 type outcomeJSON struct {
+	// Profile is the protocol profile the session is (or, in a what-if,
+	// was re-decided) bound to.
+	Profile       string `json:"profile"`
 	State         string `json:"state"`
 	AcceptedCount int    `json:"accepted_count"`
 	EndedBy       string `json:"ended_by,omitempty"`
@@ -222,7 +225,7 @@ func (c *cli) whatIf(st store.Store, modes session.Modes, lim session.Limits, id
 		w.Rebind = boundJSON{Kind: "policy", Version: rb.Policy.ID, DeterminismClass: "semantic-deterministic"}
 	case rb.Profile != "":
 		// The profile selects rules the pure core evaluates.
-		w.Rebind = boundJSON{Kind: "profile", ID: s.Binding.Profile, Version: rb.Profile, DeterminismClass: "semantic-deterministic"}
+		w.Rebind = boundJSON{Kind: "profile", Version: rb.Profile, DeterminismClass: "semantic-deterministic"}
 	default:
 		w.Rebind = boundJSON{Kind: "mode", ID: s.Binding.Mode, Version: rb.ModeVersion, DeterminismClass: modeClass(modes, s.Binding.Mode, rb.ModeVersion)}
 	}
@@ -269,7 +272,7 @@ func btoi(b bool) int {
 }
 
 func outcomeOf(s *session.Session, accepted int) outcomeJSON {
-	o := outcomeJSON{State: s.Status.String(), AcceptedCount: accepted}
+	o := outcomeJSON{Profile: s.Binding.Profile, State: s.Status.String(), AcceptedCount: accepted}
 	switch {
 	case s.Resolution != nil:
 		pos := s.Resolution.OutcomePositive
