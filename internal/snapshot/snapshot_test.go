@@ -201,6 +201,11 @@ func TestWireInputEqualsRecords(t *testing.T) {
 		"open":      newHist(t, startOpts{id: sidB}).propose("x"),
 		"cancelled": newHist(t, startOpts{id: sidC}).cancel("stop"),
 		"expired":   newHist(t, startOpts{id: sidD}).propose("x").expire(),
+		// Issue 31: profile 2026-09, suspension, supersedes.
+		"cancelled.latest":        newHist(t, startOpts{id: sidC, profile: "latest"}).cancel("stop"),
+		"suspended.latest":        suspended(t, sidB, "latest"),
+		"resumed.resolved.latest": resumedResolved(t, sidA, "latest", 11),
+		"superseding.latest":      superseding(t, sidD, "latest"),
 	} {
 		want := seal(t, h.recs, keyOpts).ID
 		var envs []*macpv1.Envelope
