@@ -81,8 +81,11 @@ func InputFromWire(md *macpv1.SessionMetadata, envs []*macpv1.Envelope, serverPr
 // difference in a history); any other is taken to be bound to
 // serverProfile, the profile the runtime binds new sessions to. That is
 // exact unless the runtime's MACP_PROFILE changed since the session
-// started (docs/snapshots.md "Profiles"); the stored history (offline,
-// the runtime's own Service and files) always has the recorded profile.
+// started; it is the fallback for a runtime that does not name the
+// recorded profile in GetSession's response header
+// (coord.HeaderSessionProfile, snapshotio.FromRuntime). The stored
+// history (offline, the runtime's own Service and files) always has the
+// recorded profile.
 func WireProfile(md *macpv1.SessionMetadata, envs []*macpv1.Envelope, serverProfile string) string {
 	switch md.GetState() {
 	case macpv1.SessionState_SESSION_STATE_CANCELLED:

@@ -7,8 +7,9 @@
 // Authorize callback), writes snapshot files after terminal transitions
 // (Writer, WriteFiles) and builds a snapshot Input from a remote runtime
 // over gRPC (FromRuntime, ReadHistory; the session's protocol profile,
-// which the wire does not carry, by snapshot.WireProfile with the
-// runtime's manifest profile). Files are written when a session ends
+// which SessionMetadata does not carry, from macpd's GetSession response
+// header coord.HeaderSessionProfile, else by snapshot.WireProfile with
+// the runtime's manifest profile). Files are written when a session ends
 // (RESOLVED, EXPIRED, CANCELLED), never for a SUSPENDED one.
 //
 // Contract: Service's methods return *coord.Error (SESSION_NOT_FOUND,
