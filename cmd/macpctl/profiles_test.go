@@ -12,6 +12,8 @@ import (
 	"github.com/macpd/macpd/internal/app"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/snapshot"
+	"github.com/macpd/macpd/internal/snapshot/snapshotio"
 )
 
 // profileRun drives sessions of one macpd run through the CLI.
@@ -189,6 +191,131 @@ func TestReplayWhatIfKeepsSuspension(t *testing.T) {
 		m := obj(t, res.lines()[0])
 		if field(m, "original", "state") != states[n] || field(m, "what_if", "state") != states[n] || field(m, "diverged") != false {
 			t.Errorf("what-if of %s (%s): %s", n, states[n], res.out)
+		}
+	}
+}
+
+// Issue 31: macpctl replay --profile re-decides a stored session under the
+// other protocol profile's rules (a what-if: exit 0 whatever it finds) and
+// reports the first diverging sequence number. A 2026-04 session ended by
+// CancelSession (start 1, suspend 2, cancel 3) diverges at 3 under latest,
+// where the cancel ends it CANCELLED; a latest one (start, proposal,
+// suspend, cancel) at 4 under 2026-04, where it ends EXPIRED; a resolved
+// session diverges nowhere, but its what-if snapshot id names the other
+// profile.
+func TestReplayWhatIfAcrossProfiles(t *testing.T) {
+	dir, ids, _ := bothProfilesDataDir(t)
+	r := runner{t, map[string]string{"MACP_ALLOW_INSECURE": "1"}}
+	for _, c := range []struct {
+		name, profile, version, stored, whatIf string
+		seq                                    float64
+	}{
+		{"aCancelled", "latest", "2026-09", "EXPIRED", "CANCELLED", 3},
+		{"aCrossCancel", "2026-09", "2026-09", "EXPIRED", "CANCELLED", 3},
+		{"lCancelled", "2026-04", "2026-04", "CANCELLED", "EXPIRED", 4},
+	} {
+		res := r.ok("replay", "--data-dir", dir, ids[c.name], "--profile", c.profile)
+		m := obj(t, res.lines()[0])
+		wantField(t, m, "profile", "rebind", "kind")
+		wantField(t, m, c.version, "rebind", "version")
+		wantField(t, m, true, "diverged")
+		wantField(t, m, c.seq, "first_divergence_seq")
+		wantField(t, m, c.stored, "divergence_state", "stored")
+		wantField(t, m, c.whatIf, "divergence_state", "what_if")
+		wantField(t, m, c.stored, "original", "state")
+		wantField(t, m, c.whatIf, "what_if", "state")
+		wantField(t, m, c.version, "what_if", "profile")
+		wantField(t, m, map[string]string{"a": "2026-04", "l": "2026-09"}[c.name[:1]], "original", "profile")
+		if v := field(m, "divergence_code"); v != nil {
+			t.Errorf("%s: a state divergence has code %v", c.name, v)
+		}
+	}
+	// No divergence: a suspended-resumed-resolved session under latest.
+	plain := obj(t, r.ok("replay", "--data-dir", dir, ids["aResolved"]).lines()[0])
+	res := r.ok("replay", "--data-dir", dir, ids["aResolved"], "--profile", "latest")
+	m := obj(t, res.lines()[0])
+	wantField(t, m, false, "diverged")
+	wantField(t, m, "RESOLVED", "what_if", "state")
+	if v := field(m, "first_divergence_seq"); v != nil {
+		t.Errorf("first_divergence_seq %v", v)
+	}
+	if w, p := field(m, "what_if_state_snapshot_id"), field(plain, "state_snapshot_id"); w == nil || p == nil || w == p {
+		t.Errorf("what-if snapshot %v, stored %v: the profile must reach the id", w, p)
+	}
+	// Under its own profile the what-if snapshot is the stored one.
+	m = obj(t, r.ok("replay", "--data-dir", dir, ids["aResolved"], "--profile", "2026-04").lines()[0])
+	wantField(t, m, false, "diverged")
+	wantField(t, m, field(plain, "state_snapshot_id"), "what_if_state_snapshot_id")
+	// --all: the two April sessions ended by a cancel diverge.
+	all := r.ok("replay", "--data-dir", dir, "--all", "--profile", "latest")
+	if !strings.HasSuffix(all.out, fmt.Sprintf("%d sessions replayed, 2 diverged\n", len(ids))) ||
+		!strings.Contains(all.out, ids["aCancelled"]) || !strings.Contains(all.out, ids["aCrossCancel"]) {
+		t.Errorf("replay --all --profile latest:\n%s", all.out)
+	}
+	// Usage errors.
+	for _, args := range [][]string{
+		{"--profile", "2031-01"},
+		{"--profile", "latest", "--mode-version", "2.0.0"},
+	} {
+		if res := r.run(append([]string{"replay", "--data-dir", dir, ids["aResolved"]}, args...)...); res.code != 2 {
+			t.Errorf("%v: exit %d %s", args, res.code, res.errOut)
+		}
+	}
+}
+
+// Issue 31: snapshots of sessions of both profiles, read from a server
+// that now binds new sessions to latest. Offline (--data-dir, the
+// recorded profile) equals the server's own service and the online read
+// (GetSession, whose metadata does not carry the profile: macpd names it
+// in a response header when asked, coord.HeaderSessionProfile) for every
+// session, the 2026-04 ones that the history alone cannot tell from
+// latest ones (resolved, suspended, open) included. Payloads of latest sessions name
+// protocol_profile 2026-09, 2026-04 ones do not; a SUSPENDED session is
+// snapshotted with state SUSPENDED and no outcome.
+func TestSnapshotBothProfilesOnlineOffline(t *testing.T) {
+	dir, ids, states := bothProfilesDataDir(t)
+	a := startApp(t, func(c *config.Config) { c.MemoryOnly, c.DataDir, c.Profile = false, dir, "latest" })
+	r := runner{t, map[string]string{"MACP_ADDR": a.Addr(), "MACP_ALLOW_INSECURE": "1"}}
+	online, service := map[string]string{}, map[string]string{}
+	for n, sid := range ids {
+		rep, err := a.Snapshots().StateWindow(context.Background(), sid, snapshotio.Query{})
+		if err != nil {
+			t.Fatalf("%s: %v", n, err)
+		}
+		service[n] = string(rep.Snapshot.StateSnapshotID)
+		online[n] = r.ok("snapshot", sid, "--agent", "coord", "--payload").out
+	}
+	if len(online) != len(ids) {
+		t.Fatalf("read %d sessions online", len(online))
+	}
+	if err := a.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	off := runner{t, map[string]string{"MACP_ALLOW_INSECURE": "1"}}
+	for n, sid := range ids {
+		payload := off.ok("snapshot", sid, "--data-dir", dir, "--payload").out
+		id := string(snapshot.HashBytes([]byte(strings.TrimSuffix(payload, "\n"))))
+		if id != service[n] {
+			t.Errorf("%s: offline %s, service %s", n, id, service[n])
+		}
+		if o, ok := online[n]; ok && o != payload {
+			t.Errorf("%s: online\n%s\noffline\n%s", n, o, payload)
+		}
+		p := obj(t, payload)
+		wantField(t, p, states[n], "state")
+		want := any(nil)
+		if strings.HasPrefix(n, "l") {
+			want = "2026-09"
+		}
+		if got := field(p, "protocol_profile"); got != want {
+			t.Errorf("%s: protocol_profile %v, want %v", n, got, want)
+		}
+		if states[n] == "SUSPENDED" || states[n] == "OPEN" {
+			if field(p, "outcome") != nil {
+				t.Errorf("%s: a %s session has an outcome: %s", n, states[n], payload)
+			}
+		} else {
+			wantField(t, p, map[string]string{"RESOLVED": "commitment", "EXPIRED": "cancel", "CANCELLED": "cancel"}[states[n]], "outcome", "ended_by")
 		}
 	}
 }

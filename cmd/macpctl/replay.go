@@ -9,6 +9,7 @@ import (
 
 	"github.com/macpd/macpd/internal/clikit"
 	"github.com/macpd/macpd/internal/config"
+	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/policy"
 	"github.com/macpd/macpd/internal/replay/verify"
 	"github.com/macpd/macpd/internal/session"
@@ -19,10 +20,10 @@ import (
 
 func init() {
 	commands = append(commands, cmd(
-		"replay", "--data-dir DIR (SESSION_ID | --all) [--policy-file FILE | --mode-version V]",
+		"replay", "--data-dir DIR (SESSION_ID | --all) [--policy-file FILE | --mode-version V | --profile P]",
 		"replay stored sessions offline through the core (stop macpd first) and print JSON: final state, outcome, "+
 			"bound versions with their determinism class, snapshot id; exit 0 only if all equals what was stored. "+
-			"--policy-file / --mode-version: a what-if under another bound version, with the first diverging sequence number",
+			"--policy-file / --mode-version / --profile: a what-if under another bound version or protocol profile, with the first diverging sequence number",
 		(*cli).replay,
 	))
 }
@@ -34,6 +35,9 @@ func (e replayDiverged) Error() string { return fmt.Sprintf("%d session(s) diver
 
 // outcomeJSON is a session's end as replay reports it.
 type outcomeJSON struct {
+	// Profile is the protocol profile the session is (or, in a what-if,
+	// was re-decided) bound to.
+	Profile       string `json:"profile"`
 	State         string `json:"state"`
 	AcceptedCount int    `json:"accepted_count"`
 	EndedBy       string `json:"ended_by,omitempty"`
@@ -68,7 +72,16 @@ type whatIfJSON struct {
 	Diverged        bool         `json:"diverged"`
 	FirstDivergence uint64       `json:"first_divergence_seq,omitempty"`
 	DivergenceCode  string       `json:"divergence_code,omitempty"`
-	Error           string       `json:"error,omitempty"`
+	// DivergenceState is set when the first diverging envelope was
+	// accepted but left the session in another state (a cancel: EXPIRED
+	// under 2026-04, CANCELLED under 2026-09).
+	DivergenceState *stateDivergenceJSON `json:"divergence_state,omitempty"`
+	Error           string               `json:"error,omitempty"`
+}
+
+type stateDivergenceJSON struct {
+	Stored string `json:"stored"`
+	WhatIf string `json:"what_if"`
 }
 
 func (c *cli) replay(args []string) error {
@@ -78,6 +91,7 @@ func (c *cli) replay(args []string) error {
 	all := c.FS.Bool("all", false, "replay every stored session; prints diverged sessions, then \"N sessions replayed, N diverged\"")
 	policyFile := c.FS.String("policy-file", "", "what-if: bind this RFC-MACP-0012 policy descriptor (JSON) instead of the stored one")
 	modeVersion := c.FS.String("mode-version", "", "what-if: bind this mode version instead of the stored one")
+	profile := c.FS.String("profile", "", "what-if: re-decide under this protocol profile instead of the recorded one: 2026-04, or latest (2026-09)")
 	pos, err := c.Parse(args, -1)
 	if err != nil {
 		return err
@@ -87,8 +101,8 @@ func (c *cli) replay(args []string) error {
 		return clikit.Usagef("give a session id or --all, not both")
 	case !*all && len(pos) != 1:
 		return clikit.Usagef("give one session id, or --all")
-	case *policyFile != "" && *modeVersion != "":
-		return clikit.Usagef("--policy-file and --mode-version are separate what-ifs; pick one")
+	case btoi(*policyFile != "")+btoi(*modeVersion != "")+btoi(*profile != "") > 1:
+		return clikit.Usagef("--policy-file, --mode-version and --profile are separate what-ifs; pick one")
 	}
 	var rb *snapshot.Rebind
 	if *policyFile != "" {
@@ -99,6 +113,12 @@ func (c *cli) replay(args []string) error {
 		rb = &snapshot.Rebind{Policy: &d}
 	} else if *modeVersion != "" {
 		rb = &snapshot.Rebind{ModeVersion: *modeVersion}
+	} else if *profile != "" {
+		p, ok := coord.ResolveProfile(*profile)
+		if !ok || *profile == "" {
+			return clikit.Usagef("--profile %q: want 2026-04, 2026-09 or latest", *profile)
+		}
+		rb = &snapshot.Rebind{Profile: p}
 	}
 	st, modes, err := c.openDataDir(*dir)
 	if err != nil {
@@ -200,9 +220,13 @@ func (c *cli) whatIf(st store.Store, modes session.Modes, lim session.Limits, id
 		return w
 	}
 	w.Original = outcomeOf(s, len(in.Envelopes))
-	if rb.Policy != nil {
+	switch {
+	case rb.Policy != nil:
 		w.Rebind = boundJSON{Kind: "policy", Version: rb.Policy.ID, DeterminismClass: "semantic-deterministic"}
-	} else {
+	case rb.Profile != "":
+		// The profile selects rules the pure core evaluates.
+		w.Rebind = boundJSON{Kind: "profile", Version: rb.Profile, DeterminismClass: "semantic-deterministic"}
+	default:
 		w.Rebind = boundJSON{Kind: "mode", ID: s.Binding.Mode, Version: rb.ModeVersion, DeterminismClass: modeClass(modes, s.Binding.Mode, rb.ModeVersion)}
 	}
 	if rb.Policy != nil && rb.Policy.Mode != "*" && rb.Policy.Mode != s.Binding.Mode {
@@ -217,7 +241,11 @@ func (c *cli) whatIf(st store.Store, modes session.Modes, lim session.Limits, id
 	w.FirstDivergence = res.FirstDivergence
 	w.Diverged = res.FirstDivergence != 0
 	if w.Diverged {
-		w.DivergenceCode = res.Decisions[res.FirstDivergence-1].Code
+		d := res.Decisions[res.FirstDivergence-1]
+		w.DivergenceCode = d.Code
+		if d.StateDiverged() {
+			w.DivergenceState = &stateDivergenceJSON{Stored: d.Stored.String(), WhatIf: d.State.String()}
+		}
 	}
 	if res.Session != nil {
 		oc := outcomeOf(res.Session, len(res.Accepted))
@@ -236,8 +264,15 @@ func (c *cli) whatIf(st store.Store, modes session.Modes, lim session.Limits, id
 	return w
 }
 
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func outcomeOf(s *session.Session, accepted int) outcomeJSON {
-	o := outcomeJSON{State: s.Status.String(), AcceptedCount: accepted}
+	o := outcomeJSON{Profile: s.Binding.Profile, State: s.Status.String(), AcceptedCount: accepted}
 	switch {
 	case s.Resolution != nil:
 		pos := s.Resolution.OutcomePositive

@@ -58,8 +58,8 @@ type macpdProc struct {
 // startDetMacpd starts the built macpd in workDir with a relative data
 // directory (so the two processes' absolute paths differ), the given time
 // zone and GOMAXPROCS, dev identities, debug JSON logs and a snapshot
-// directory.
-func startDetMacpd(t *testing.T, tz, procs string) *macpdProc {
+// directory; extraEnv (KEY=VALUE) is added last.
+func startDetMacpd(t *testing.T, tz, procs string, extraEnv ...string) *macpdProc {
 	t.Helper()
 	bin, err := buildMacpd()
 	if err != nil {
@@ -78,6 +78,7 @@ func startDetMacpd(t *testing.T, tz, procs string) *macpdProc {
 		"MACP_ALLOW_INSECURE=1", "MACP_BIND_ADDR="+p.addr, "MACP_DATA_DIR=data", "MACP_SNAPSHOT_DIR="+p.snapDir,
 		"MACP_LOG_LEVEL=debug", "MACP_LOG_FORMAT=json",
 		"MACP_SESSION_START_LIMIT_PER_MINUTE=0", "MACP_MESSAGE_LIMIT_PER_MINUTE=0")
+	cmd.Env = append(cmd.Env, extraEnv...)
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -211,9 +212,17 @@ func waitFor(t *testing.T, limit time.Duration, cond func() bool) {
 // payload) over the wire and the files the snapshot directory received.
 func collect(t *testing.T, p *macpdProc) (ids map[string]string, texts []string) {
 	t.Helper()
+	return collectSessions(t, p, []string{detResolved, detCancelled, detExpired, detOpen}, []string{detResolved, detCancelled, detExpired})
+}
+
+// collectSessions reads the snapshots of sessions (both profiles, report
+// and payload) over the wire, and the files the snapshot directory
+// received for the ended ones.
+func collectSessions(t *testing.T, p *macpdProc, sessions, ended []string) (ids map[string]string, texts []string) {
+	t.Helper()
 	ids = map[string]string{}
 	rpc := p.client(t, "coord").RPC()
-	for _, sid := range []string{detResolved, detCancelled, detExpired, detOpen} {
+	for _, sid := range sessions {
 		in, _, err := snapshotio.FromRuntime(context.Background(), rpc, sid, 0)
 		if err != nil {
 			t.Fatalf("%s: %v", sid, err)
@@ -235,7 +244,7 @@ func collect(t *testing.T, p *macpdProc) (ids map[string]string, texts []string)
 			texts = append(texts, string(s.Bytes), string(rep))
 		}
 	}
-	for _, sid := range []string{detResolved, detCancelled, detExpired} {
+	for _, sid := range ended {
 		path := filepath.Join(p.snapDir, "reports", sid+".json")
 		waitFor(t, 20*time.Second, func() bool { _, err := os.Stat(path); return err == nil })
 		b, err := os.ReadFile(path)

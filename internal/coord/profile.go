@@ -25,6 +25,13 @@ const (
 	ProfileLatestAlias = "latest"
 )
 
+// HeaderSessionProfile is the gRPC metadata key of a macpd extension: a
+// GetSession request that carries it (any value) is answered with a
+// response header of that key naming the session's recorded profile, which
+// SessionMetadata does not carry. Snapshot readers use it
+// (docs/snapshots.md); other clients never pay for it.
+const HeaderSessionProfile = "macpd-session-profile"
+
 // Profiles lists the profiles this runtime serves, oldest first.
 var Profiles = []string{ProfileApril, ProfileLatest}
 

@@ -30,8 +30,11 @@
 //     corrupt record, a cancelled context) are returned as they are; a
 //     history with no record gives a nil session and no error.
 //  4. Redecide (whatif.go) is the what-if twin: it re-decides every stored
-//     envelope through the admission path under another bound policy or
-//     mode version, and reports each envelope's fate.
+//     envelope through the admission path under another bound policy,
+//     mode version or protocol profile (Rebind.Profile: a 2026-04 session
+//     under latest rules and back), and reports each envelope's fate and
+//     the state it leaves; the first divergence is the first envelope
+//     refused, or accepted into another state than the stored record's.
 //
 // The package is pure (internal/lint): no clock, no goroutines, no locks;
 // its only I/O is the Reader it is given.

@@ -3,6 +3,7 @@ package replay
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
@@ -18,6 +19,10 @@ type Rebind struct {
 	Policy *policy.Descriptor
 	// ModeVersion replaces the bound mode version.
 	ModeVersion string
+	// Profile replaces the protocol profile the session is bound to
+	// (coord.ResolveProfile's names: "2026-04", "2026-09", "latest"): the
+	// same envelopes re-decided under the other profile's rules.
+	Profile string
 }
 
 // Decision is one envelope's fate in a what-if.
@@ -27,6 +32,17 @@ type Decision struct {
 	Accepted bool
 	// Code is the MACP error code of a rejection.
 	Code string
+	// State is the what-if session's state after the envelope (0 when the
+	// SessionStart was refused); Stored the state the stored record
+	// recorded after it (0 for a record written without one).
+	State, Stored session.Status
+}
+
+// StateDiverged reports whether the envelope was accepted but left the
+// what-if session in another state than the stored one (a cancel ending
+// a session EXPIRED under one profile and CANCELLED under the other).
+func (d Decision) StateDiverged() bool {
+	return d.Accepted && d.Stored != 0 && d.State != d.Stored
 }
 
 // WhatIf is the result of replaying a history under a Rebind.
@@ -37,7 +53,9 @@ type WhatIf struct {
 	// Decisions has one entry per stored envelope, in order.
 	Decisions []Decision
 	// FirstDivergence is the stored sequence number of the first envelope
-	// the what-if rejects (every stored envelope was accepted), 0 if none.
+	// the what-if rejects (every stored envelope was accepted) or accepts
+	// into another state than the stored one (Decision.StateDiverged), 0
+	// if none.
 	FirstDivergence uint64
 	// Accepted are the envelopes the what-if accepted, in order, as
 	// rebound (for its snapshot).
@@ -49,10 +67,13 @@ type WhatIf struct {
 // replay twin Restore, Step, Cancel, ExpireIfDue) under rb. The
 // SessionStart and every Commitment that named the stored mode or policy
 // version are rewritten to name the new one, so that a divergence comes
-// from the new rules rather than from the version check. A stored expiry
-// is re-applied at its recorded time. Its only errors are for a history
-// that does not begin with a decodable SessionStart (a refused
-// SessionStart is a divergence at 1, not an error).
+// from the new rules rather than from the version check. Under another
+// protocol profile (rb.Profile) nothing is rewritten: the session is
+// restored bound to that profile and every envelope re-decided by its
+// rules. A stored expiry is re-applied at its recorded time. Its only
+// errors are for a history that does not begin with a decodable
+// SessionStart and for an unknown profile name (a refused SessionStart is
+// a divergence at 1, not an error).
 func Redecide(recs []session.Record, modes session.Modes, lim session.Limits, rb Rebind) (*WhatIf, error) {
 	if len(recs) == 0 || recs[0].Kind != session.KindStart || recs[0].Envelope == nil || recs[0].Start == nil {
 		return nil, errors.New("history does not begin with a SessionStart")
@@ -72,6 +93,13 @@ func Redecide(recs []session.Record, modes session.Modes, lim session.Limits, rb
 	if rb.ModeVersion != "" {
 		sp.ModeVersion = rb.ModeVersion
 	}
+	if rb.Profile != "" {
+		p, ok := coord.ResolveProfile(rb.Profile)
+		if !ok {
+			return nil, fmt.Errorf("unknown profile %q (want %s or latest)", rb.Profile, strings.Join(coord.Profiles, ", "))
+		}
+		info.Profile = p
+	}
 	env := proto.Clone(start.Envelope).(*macpv1.Envelope)
 	env.Payload, _ = proto.MarshalOptions{Deterministic: true}.Marshal(&sp)
 	start.Envelope, start.Start = env, &info
@@ -82,10 +110,15 @@ func Redecide(recs []session.Record, modes session.Modes, lim session.Limits, rb
 		return w, nil
 	}
 	w.Session = s
-	w.Decisions = append(w.Decisions, Decision{Seq: 1, Accepted: true})
+	first := Decision{Seq: 1, Accepted: true, State: s.Status, Stored: recs[0].Status}
+	w.Decisions = append(w.Decisions, first)
 	w.Accepted = append(w.Accepted, env)
+	if first.StateDiverged() {
+		w.FirstDivergence = 1
+	}
+	var rec session.Record
 	decide := func(seq uint64, out session.Outcome, env *macpv1.Envelope) {
-		d := Decision{Seq: seq, Accepted: out.Accepted()}
+		d := Decision{Seq: seq, Accepted: out.Accepted(), State: s.Status, Stored: rec.Status}
 		if out.Err != nil {
 			d.Code = string(out.Err.Code)
 		} else if out.Duplicate {
@@ -94,12 +127,13 @@ func Redecide(recs []session.Record, modes session.Modes, lim session.Limits, rb
 		}
 		if d.Accepted {
 			w.Accepted = append(w.Accepted, env)
-		} else if w.FirstDivergence == 0 {
+		}
+		if (!d.Accepted || d.StateDiverged()) && w.FirstDivergence == 0 {
 			w.FirstDivergence = seq
 		}
 		w.Decisions = append(w.Decisions, d)
 	}
-	for _, rec := range recs[1:] {
+	for _, rec = range recs[1:] {
 		switch rec.Kind {
 		case session.KindMessage:
 			e := rebindCommitment(rec.Envelope, oldMode, oldPolicy, s.Binding.ModeVersion, s.Binding.PolicyVersion)

@@ -347,6 +347,14 @@ func (s *Service) GetSession(ctx context.Context, req *macpv1.GetSessionRequest)
 	if err != nil {
 		return nil, statusErr(err)
 	}
+	if in, _ := metadata.FromIncomingContext(ctx); len(in.Get(coord.HeaderSessionProfile)) > 0 {
+		// Asked for (coord.HeaderSessionProfile): the recorded profile, to
+		// a caller GetSession has just authorized.
+		var prof string
+		if s.rt.Inspect(ctx, req.SessionId, func(ss *session.Session) { prof = ss.Binding.Profile }) == nil && prof != "" {
+			_ = grpc.SetHeader(ctx, metadata.Pairs(coord.HeaderSessionProfile, prof))
+		}
+	}
 	return &macpv1.GetSessionResponse{Metadata: md}, nil
 }
 

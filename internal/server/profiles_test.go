@@ -14,7 +14,10 @@ import (
 	"github.com/google/uuid"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/config"
+	"github.com/macpd/macpd/internal/coord"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -201,5 +204,41 @@ func TestProfileAdvertised(t *testing.T) {
 		if err != nil || m.Manifest.Metadata["profile"] != tc.want {
 			t.Errorf("%q: manifest %v %v", tc.set, m, err)
 		}
+	}
+}
+
+// Issue 31: a GetSession request carrying coord.HeaderSessionProfile gets
+// the session's recorded profile back in a response header of that key
+// (SessionMetadata does not carry it; snapshot readers need it); a request
+// without the key gets no such header, a caller GetSession refuses gets
+// neither the metadata nor the header.
+func TestGetSessionProfileHeader(t *testing.T) {
+	for _, profile := range []string{"2026-04", "latest"} {
+		t.Run(profile, func(t *testing.T) {
+			e := startApp(t, profileConfig(profile))
+			sid := e.startSession(t, "alice", "alice", "bob")
+			want := map[string]string{"2026-04": "2026-04", "latest": "2026-09"}[profile]
+			ask := func(agent string, withKey bool) (metadata.MD, error) {
+				ctx := as(agent)
+				if withKey {
+					ctx = metadata.AppendToOutgoingContext(ctx, coord.HeaderSessionProfile, "1")
+				}
+				var hdr metadata.MD
+				_, err := e.c.GetSession(ctx, &macpv1.GetSessionRequest{SessionId: sid}, grpc.Header(&hdr))
+				return hdr, err
+			}
+			hdr, err := ask("bob", true)
+			if err != nil || len(hdr.Get(coord.HeaderSessionProfile)) != 1 || hdr.Get(coord.HeaderSessionProfile)[0] != want {
+				t.Fatalf("asked: %v %v, want %s", hdr, err, want)
+			}
+			if hdr, err := ask("bob", false); err != nil || len(hdr.Get(coord.HeaderSessionProfile)) != 0 {
+				t.Fatalf("not asked: %v %v", hdr, err)
+			}
+			hdr, err = ask("mallory", true)
+			wantStatus(t, err, codes.PermissionDenied, "FORBIDDEN")
+			if len(hdr.Get(coord.HeaderSessionProfile)) != 0 {
+				t.Fatalf("a refused caller got the header: %v", hdr)
+			}
+		})
 	}
 }

@@ -9,13 +9,18 @@
 //  1. A Payload is derived only from a session's accepted history and its
 //     bound versions (Input): the session key (event_source and server_id
 //     from configuration, the session id), the window, the privacy
-//     profile, mode, mode/configuration/policy versions, state, accepted
+//     profile, the protocol profile (only when it is not 2026-04, so
+//     2026-04 ids are those computed before profiles existed), mode,
+//     mode/configuration/policy versions, state (SUSPENDED included: not
+//     ended, no outcome; CANCELLED only under 2026-09), accepted
 //     envelope count, initiator, participants in declared order, one entry
 //     {seq, message_type, sender, message_id, payload_sha256} per accepted
-//     envelope, and the terminal outcome. It never holds timestamps,
+//     envelope, and the terminal outcome (a superseding Commitment's
+//     reference as hashes only). It never holds timestamps,
 //     intents, reasons, payload bytes, extension values, host names,
-//     runtime versions or rejected envelopes. The strict profile drops the
-//     payload hashes.
+//     runtime versions or rejected envelopes (nor, in a hash, the
+//     SessionResume's clock-derived banked_ms). The strict profile drops
+//     the payload hashes.
 //  2. Payload types cannot hold raw text: their strings are of the named
 //     types ID, Name, Class and Hash, each with a grammar (no whitespace,
 //     at most 128 bytes, or a sha256 address; classes from closed sets);
@@ -30,7 +35,8 @@
 //     schema (schema/, see its SOURCE.md).
 //  5. The package is pure: no clock, no I/O, no goroutines, no locks
 //     (internal/lint checks it). Replay and ReplayWhatIf fold stored
-//     records through the core with package replay. The I/O around it
+//     records through the core with package replay (a what-if also under
+//     the other protocol profile: Rebind.Profile). The I/O around it
 //     lives in package snapshotio: reading a store (StoreSource), serving
 //     HTTP (Service), writing snapshot files after terminal transitions
 //     (Writer, off the acceptance path), and reading a remote runtime

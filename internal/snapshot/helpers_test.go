@@ -57,6 +57,7 @@ type hist struct {
 	// nextID, if set, is the next envelope's message id; commitmentID,
 	// if set, the Commitment's commitment id (default "c1").
 	nextID, commitmentID string
+	proposer             string
 }
 
 type startOpts struct {
@@ -64,6 +65,13 @@ type startOpts struct {
 	extensions           map[string][]byte
 	pols                 policies
 	t                    int64
+	// profile is the protocol profile the session is bound to ("" for
+	// 2026-04, "latest").
+	profile string
+	// proposer sends the Proposal: "coord" (the initiator) by default
+	// under 2026-04, "alice" under latest, whose Decision rules admit
+	// proposals from declared participants only.
+	proposer string
 }
 
 func newHist(t *testing.T, o startOpts) *hist {
@@ -75,7 +83,13 @@ func newHist(t *testing.T, o startOpts) *hist {
 		o.intent = "choose a database"
 	}
 	pols := append(policies{policy.Default()}, o.pols...)
-	h := &hist{t: t, now: o.t}
+	h := &hist{t: t, now: o.t, proposer: o.proposer}
+	if h.proposer == "" {
+		h.proposer = "coord"
+		if o.profile != "" {
+			h.proposer = "alice"
+		}
+	}
 	env := &macpv1.Envelope{
 		MacpVersion: coord.ProtocolVersion, Mode: decisionMode, MessageType: coord.TypeSessionStart,
 		MessageId: "msg-start-" + o.id, SessionId: o.id, Sender: "coord", TimestampUnixMs: o.t,
@@ -84,7 +98,9 @@ func newHist(t *testing.T, o startOpts) *hist {
 			ConfigurationVersion: "cfg-1", PolicyVersion: o.policyID, TtlMs: 600_000, Extensions: o.extensions,
 		}),
 	}
-	s, rec, err := session.Start(env, o.t, session.Deps{Modes: registry(), Policies: pols, Limits: limits})
+	lim := limits
+	lim.Profile = o.profile
+	s, rec, err := session.Start(env, o.t, session.Deps{Modes: registry(), Policies: pols, Limits: lim})
 	if err != nil {
 		t.Fatalf("SessionStart: %v", err)
 	}
@@ -112,7 +128,7 @@ func (h *hist) send(sender, typ string, payload []byte) *hist {
 }
 
 func (h *hist) propose(rationale string) *hist {
-	return h.send("coord", "Proposal", pb(&decisionv1.ProposalPayload{ProposalId: "p1", Option: "postgres", Rationale: rationale}))
+	return h.send(h.proposer, "Proposal", pb(&decisionv1.ProposalPayload{ProposalId: "p1", Option: "postgres", Rationale: rationale}))
 }
 
 func (h *hist) vote(who, reason string) *hist {
@@ -120,6 +136,11 @@ func (h *hist) vote(who, reason string) *hist {
 }
 
 func (h *hist) commit(action, reason string) *hist {
+	return h.commitRef(action, reason, nil)
+}
+
+// commitRef commits with a supersedes reference (nil: none).
+func (h *hist) commitRef(action, reason string, ref *macpv1.CommitmentRef) *hist {
 	cid := h.commitmentID
 	if cid == "" {
 		cid = "c1"
@@ -127,8 +148,32 @@ func (h *hist) commit(action, reason string) *hist {
 	return h.send("coord", coord.TypeCommitment, pb(&macpv1.CommitmentPayload{
 		CommitmentId: cid, Action: action, AuthorityScope: "team", Reason: reason,
 		ModeVersion: h.s.Binding.ModeVersion, ConfigurationVersion: h.s.Binding.ConfigurationVersion,
-		PolicyVersion: h.s.Binding.PolicyVersion, OutcomePositive: true,
+		PolicyVersion: h.s.Binding.PolicyVersion, OutcomePositive: true, Supersedes: ref,
 	}))
+}
+
+// suspend and resume are the initiator's SuspendSession/ResumeSession,
+// wait ms after the previous step, with the runtime-drawn message id id.
+func (h *hist) suspend(reason, id string, wait int64) *hist {
+	h.t.Helper()
+	h.now += wait
+	out := h.s.Suspend("coord", reason, id, h.now)
+	if out.Err != nil {
+		h.t.Fatalf("suspend: %v", out.Err)
+	}
+	h.recs = append(h.recs, out.Records...)
+	return h
+}
+
+func (h *hist) resume(reason, id string, wait int64) *hist {
+	h.t.Helper()
+	h.now += wait
+	out := h.s.Resume("coord", reason, id, h.now)
+	if out.Err != nil {
+		h.t.Fatalf("resume: %v", out.Err)
+	}
+	h.recs = append(h.recs, out.Records...)
+	return h
 }
 
 func (h *hist) cancel(reason string) *hist {

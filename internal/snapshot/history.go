@@ -30,6 +30,7 @@ func InputFromHistory(recs []session.Record) (Input, error) {
 		ConfigurationVersion: sp.ConfigurationVersion,
 		PolicyVersion:        recs[0].Start.Policy.ID,
 		State:                lastStatus(recs).Proto(),
+		Profile:              coord.StoredProfile(recs[0].Start.Profile),
 		Initiator:            start.Sender,
 		Participants:         sp.Participants,
 		Envelopes:            make([]*macpv1.Envelope, 0, len(recs)),
@@ -47,16 +48,21 @@ func InputFromHistory(recs []session.Record) (Input, error) {
 
 // lastStatus is the session's state after its last record: the
 // record's Status, or, for a record written without one, what its kind
-// implies (an expiry or cancel ends the session EXPIRED; an accepted
-// Commitment always resolves it).
+// implies (an expiry ends the session EXPIRED, a cancel EXPIRED under
+// profile 2026-04 and CANCELLED under 2026-09; a suspension leaves it
+// SUSPENDED, a resume OPEN; an accepted Commitment always resolves it).
 func lastStatus(recs []session.Record) session.Status {
 	last := recs[len(recs)-1]
 	if last.Status != 0 {
 		return last.Status
 	}
 	switch {
+	case last.Kind == session.KindCancel && coord.IsLatest(coord.StoredProfile(recs[0].Start.Profile)):
+		return session.Cancelled
 	case last.Kind == session.KindExpire || last.Kind == session.KindCancel:
 		return session.Expired
+	case last.Kind == session.KindSuspend:
+		return session.Suspended
 	case last.Kind == session.KindMessage && last.Envelope.GetMessageType() == coord.TypeCommitment:
 		return session.Resolved
 	}

@@ -16,6 +16,11 @@ func TestInputFromHistoryEqualsReplay(t *testing.T) {
 		newHist(t, startOpts{id: sidB}).propose("x"),
 		newHist(t, startOpts{id: sidC}).cancel("stop"),
 		newHist(t, startOpts{id: sidD}).propose("x").expire(),
+		// Profile 2026-09 and suspension (issue 31): a cancel ends it
+		// CANCELLED, a suspension leaves it SUSPENDED, a resume OPEN.
+		newHist(t, startOpts{id: sidC, profile: "latest"}).cancel("stop"),
+		newHist(t, startOpts{id: sidB, profile: "latest"}).propose("x").suspend("pause", "s-1", 5),
+		newHist(t, startOpts{id: sidB}).propose("x").suspend("pause", "s-1", 5).resume("go", "r-1", 9),
 	} {
 		a, err := snapshot.InputFromHistory(h.recs)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gowebpki/jcs"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/cmthash"
 	"github.com/macpd/macpd/internal/coord"
 	"google.golang.org/protobuf/proto"
 )
@@ -46,12 +47,26 @@ type Entry struct {
 }
 
 // Outcome is how a terminal session ended. CommitmentID, Action and
-// OutcomePositive are set when EndedBy is commitment.
+// OutcomePositive are set when EndedBy is commitment; Supersedes when
+// that Commitment supersedes another (CommitmentPayload.supersedes).
 type Outcome struct {
-	EndedBy         Class `json:"ended_by"`
-	CommitmentID    ID    `json:"commitment_id,omitempty"`
-	Action          Name  `json:"action,omitempty"`
-	OutcomePositive bool  `json:"outcome_positive"`
+	EndedBy         Class       `json:"ended_by"`
+	CommitmentID    ID          `json:"commitment_id,omitempty"`
+	Action          Name        `json:"action,omitempty"`
+	OutcomePositive bool        `json:"outcome_positive"`
+	Supersedes      *Supersedes `json:"supersedes,omitempty"`
+}
+
+// Supersedes is the reference a superseding Commitment carries, as hashes
+// only: SessionID is the Opaque digest of the referenced session id (equal
+// to that session's own payload session.session_id under the same key),
+// CommitmentHash the RFC-MACP-0013 commitment hash as it was sent when it
+// is canonical ("sha256:" and 64 lowercase hex digits, a digest of the
+// referenced commitment, never its content), else the Opaque digest of
+// the value sent (profile 2026-04 accepted any non-empty string there).
+type Supersedes struct {
+	SessionID      ID   `json:"session_id"`
+	CommitmentHash Hash `json:"commitment_hash"`
 }
 
 // Payload is the snapshot of one session: everything its state_snapshot_id
@@ -59,10 +74,14 @@ type Outcome struct {
 // Validate): never timestamps, intents, reasons, payload bytes, extension
 // values, host names, runtime versions or rejected envelopes.
 type Payload struct {
-	Format               Name     `json:"format"`
-	Session              Key      `json:"session"`
-	Window               Window   `json:"window"`
-	PrivacyProfile       Class    `json:"privacy_profile"`
+	Format         Name   `json:"format"`
+	Session        Key    `json:"session"`
+	Window         Window `json:"window"`
+	PrivacyProfile Class  `json:"privacy_profile"`
+	// ProtocolProfile is the protocol profile the session is bound to,
+	// present only when it is not 2026-04 (so every 2026-04 payload, and
+	// id, is what it was before profiles existed).
+	ProtocolProfile      Class    `json:"protocol_profile,omitempty"`
 	Mode                 Name     `json:"mode"`
 	ModeVersion          ID       `json:"mode_version"`
 	ConfigurationVersion ID       `json:"configuration_version"`
@@ -103,6 +122,10 @@ type Input struct {
 	State                macpv1.SessionState
 	Initiator            string
 	Participants         []string
+	// Profile is the protocol profile the session is bound to, as its
+	// start record holds it: "" or coord.ProfileApril ("2026-04"), or
+	// coord.ProfileLatest ("2026-09").
+	Profile string
 	// Envelopes are the accepted envelopes, Envelopes[i] with sequence
 	// number i+1. A TTL expiry has no envelope and is not among them.
 	Envelopes []*macpv1.Envelope
@@ -125,6 +148,10 @@ func Build(in Input, o Options) (*Payload, error) {
 	}
 	if o.DecayRuns < 0 || len(o.Subsequent) > o.DecayRuns {
 		return nil, fmt.Errorf("%w: decay_runs %d with %d subsequent sessions", ErrInput, o.DecayRuns, len(o.Subsequent))
+	}
+	profile := coord.StoredProfile(in.Profile)
+	if profile != coord.ProfileApril && profile != coord.ProfileLatest {
+		return nil, fmt.Errorf("%w: unknown protocol profile %q", ErrInput, in.Profile)
 	}
 	if len(in.Envelopes) == 0 || in.Envelopes[0].GetMessageType() != coord.TypeSessionStart {
 		return nil, fmt.Errorf("%w: history does not begin with a SessionStart", ErrInput)
@@ -157,6 +184,9 @@ func Build(in Input, o Options) (*Payload, error) {
 		Participants:         ops(in.Participants),
 		Entries:              make([]Entry, len(in.Envelopes)),
 	}
+	if profile != coord.ProfileApril {
+		p.ProtocolProfile = ProtocolLatest
+	}
 	if o.DecayRuns > 0 {
 		p.Window = Window{Kind: WindowCrossSessionDecay, DecayRuns: o.DecayRuns, Subsequent: ops(o.Subsequent)}
 	}
@@ -170,7 +200,7 @@ func Build(in Input, o Options) (*Payload, error) {
 			e.MessageID = op(env.GetMessageId())
 		}
 		if o.Profile == ProfileDefault {
-			e.PayloadSHA256 = HashBytes(env.GetPayload())
+			e.PayloadSHA256 = payloadHash(env)
 		}
 		p.Entries[i] = e
 	}
@@ -188,17 +218,35 @@ func Build(in Input, o Options) (*Payload, error) {
 			return nil, fmt.Errorf("%w: the resolving Commitment does not decode", ErrInput)
 		}
 		p.Outcome = &Outcome{EndedBy: EndedByCommitment, CommitmentID: op(c.CommitmentId), Action: Name(op(c.Action)), OutcomePositive: c.OutcomePositive}
+		if ref := c.GetSupersedes(); ref != nil {
+			h := Hash(ref.GetCommitmentHash())
+			if !cmthash.WellFormedHash(string(h)) {
+				h = Hash(op(ref.GetCommitmentHash()))
+			}
+			p.Outcome.Supersedes = &Supersedes{SessionID: op(ref.GetSessionId()), CommitmentHash: h}
+		}
 	case macpv1.SessionState_SESSION_STATE_EXPIRED:
 		p.State = StateExpired
 		p.Outcome = &Outcome{EndedBy: EndedByTTL}
 		if last.GetMessageType() == coord.TypeSessionCancel {
+			if profile != coord.ProfileApril {
+				return nil, fmt.Errorf("%w: a cancel ends a %s session CANCELLED, not EXPIRED", ErrInput, profile)
+			}
 			p.Outcome.EndedBy = EndedByCancel
 		}
 	case macpv1.SessionState_SESSION_STATE_SUSPENDED:
+		// Not ended: a SUSPENDED session is snapshotted like an OPEN one
+		// (no outcome); its last envelope is the runtime's SessionSuspend.
 		p.State = StateSuspended
+		if last.GetMessageType() != coord.TypeSessionSuspend {
+			return nil, fmt.Errorf("%w: a SUSPENDED session must end with its SessionSuspend", ErrInput)
+		}
 	case macpv1.SessionState_SESSION_STATE_CANCELLED:
 		p.State = StateCancelled
 		p.Outcome = &Outcome{EndedBy: EndedByCancel}
+		if profile != coord.ProfileLatest || last.GetMessageType() != coord.TypeSessionCancel {
+			return nil, fmt.Errorf("%w: only a %s session ends CANCELLED, by its SessionCancel", ErrInput, coord.ProfileLatest)
+		}
 	default:
 		return nil, fmt.Errorf("%w: state %v", ErrInput, in.State)
 	}
@@ -206,6 +254,25 @@ func Build(in Input, o Options) (*Payload, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// payloadHash is an entry's payload_sha256: the SHA-256 of the payload
+// bytes, except for the runtime's SessionResume, whose banked_ms is
+// derived from acceptance times (the deadline minus the suspension's
+// time), which payloads never hold: its hash is over the payload with
+// banked_ms cleared (deterministic protobuf), so the reason and the
+// caller still count and the clock does not.
+func payloadHash(env *macpv1.Envelope) Hash {
+	if env.GetMessageType() == coord.TypeSessionResume && env.GetSender() == coord.RuntimeSender {
+		var rp macpv1.SessionResumePayload
+		if proto.Unmarshal(env.GetPayload(), &rp) == nil {
+			rp.BankedMs = 0
+			if b, err := (proto.MarshalOptions{Deterministic: true}).Marshal(&rp); err == nil {
+				return HashBytes(b)
+			}
+		}
+	}
+	return HashBytes(env.GetPayload())
 }
 
 // Canonical returns the RFC 8785 (JCS) bytes of p, after Validate. The

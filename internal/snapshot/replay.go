@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/replay"
 	"github.com/macpd/macpd/internal/session"
 )
@@ -32,6 +33,7 @@ func InputOf(s *session.Session, recs []session.Record) Input {
 		State:                s.Status.Proto(),
 		Initiator:            s.Binding.Initiator,
 		Participants:         s.Binding.Participants,
+		Profile:              s.Binding.Profile,
 		Envelopes:            make([]*macpv1.Envelope, 0, len(recs)),
 	}
 	for _, rec := range recs {
@@ -53,9 +55,14 @@ func InputFromRecords(recs []session.Record, modes session.Modes, lim session.Li
 
 // InputFromWire builds the Input from what a client can read: the
 // session's metadata (GetSession) and its accepted envelopes from a
-// passive StreamSession subscription from sequence 0, in order.
-func InputFromWire(md *macpv1.SessionMetadata, envs []*macpv1.Envelope) Input {
+// passive StreamSession subscription from sequence 0, in order. The wire
+// does not say which protocol profile a session is bound to; the Input's
+// Profile is WireProfile(md, envs, serverProfile), serverProfile being
+// the profile the runtime binds new sessions to (its manifest's
+// "profile"; "" for 2026-04).
+func InputFromWire(md *macpv1.SessionMetadata, envs []*macpv1.Envelope, serverProfile string) Input {
 	return Input{
+		Profile:              WireProfile(md, envs, serverProfile),
 		SessionID:            md.GetSessionId(),
 		Mode:                 md.GetMode(),
 		ModeVersion:          md.GetModeVersion(),
@@ -66,6 +73,32 @@ func InputFromWire(md *macpv1.SessionMetadata, envs []*macpv1.Envelope) Input {
 		Participants:         md.GetParticipants(),
 		Envelopes:            envs,
 	}
+}
+
+// WireProfile is a session's protocol profile as far as a client can tell
+// it: a session that ended CANCELLED is bound to 2026-09, one that ended
+// EXPIRED by its SessionCancel to 2026-04 (the profiles' only visible
+// difference in a history); any other is taken to be bound to
+// serverProfile, the profile the runtime binds new sessions to. That is
+// exact unless the runtime's MACP_PROFILE changed since the session
+// started; it is the fallback for a runtime that does not name the
+// recorded profile in GetSession's response header
+// (coord.HeaderSessionProfile, snapshotio.FromRuntime). The stored
+// history (offline, the runtime's own Service and files) always has the
+// recorded profile.
+func WireProfile(md *macpv1.SessionMetadata, envs []*macpv1.Envelope, serverProfile string) string {
+	switch md.GetState() {
+	case macpv1.SessionState_SESSION_STATE_CANCELLED:
+		return coord.ProfileLatest
+	case macpv1.SessionState_SESSION_STATE_EXPIRED:
+		if len(envs) > 0 && envs[len(envs)-1].GetMessageType() == coord.TypeSessionCancel {
+			return coord.ProfileApril
+		}
+	}
+	if p, ok := coord.ResolveProfile(serverProfile); ok {
+		return p
+	}
+	return serverProfile
 }
 
 // Rebind, Decision and WhatIf are package replay's what-if (Redecide).

@@ -201,6 +201,11 @@ func TestWireInputEqualsRecords(t *testing.T) {
 		"open":      newHist(t, startOpts{id: sidB}).propose("x"),
 		"cancelled": newHist(t, startOpts{id: sidC}).cancel("stop"),
 		"expired":   newHist(t, startOpts{id: sidD}).propose("x").expire(),
+		// Issue 31: profile 2026-09, suspension, supersedes.
+		"cancelled.latest":        newHist(t, startOpts{id: sidC, profile: "latest"}).cancel("stop"),
+		"suspended.latest":        suspended(t, sidB, "latest"),
+		"resumed.resolved.latest": resumedResolved(t, sidA, "latest", 11),
+		"superseding.latest":      superseding(t, sidD, "latest"),
 	} {
 		want := seal(t, h.recs, keyOpts).ID
 		var envs []*macpv1.Envelope
@@ -209,7 +214,7 @@ func TestWireInputEqualsRecords(t *testing.T) {
 				envs = append(envs, r.Envelope)
 			}
 		}
-		p, err := snapshot.Build(snapshot.InputFromWire(h.s.Metadata(), envs), keyOpts)
+		p, err := snapshot.Build(snapshot.InputFromWire(h.s.Metadata(), envs, h.s.Binding.Profile), keyOpts)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -245,6 +250,15 @@ func TestGoldenIDs(t *testing.T) {
 	decay := keyOpts
 	decay.DecayRuns, decay.Subsequent = 2, []string{sidB, sidC}
 	add("resolved.decay2", resolved(t, sidA).recs, decay)
+	// Issue 31: profile 2026-09 and suspension. The 2026-04 ids above did
+	// not change when profiles entered the derivation (protocol_profile
+	// is only present for 2026-09).
+	add("suspended.latest", suspended(t, sidB, "latest").recs, keyOpts)
+	add("resumed.resolved.latest", resumedResolved(t, sidA, "latest", 11).recs, keyOpts)
+	add("resumed.resolved", resumedResolved(t, sidA, "", 11).recs, keyOpts)
+	add("cancelled.latest", newHist(t, startOpts{id: sidC, profile: "latest"}).cancel("stop").recs, keyOpts)
+	add("superseding.latest", superseding(t, sidD, "latest").recs, keyOpts)
+	add("superseding.latest.strict", superseding(t, sidD, "latest").recs, strict)
 
 	path := filepath.Join("testdata", "golden.json")
 	if *update {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+
+	"github.com/macpd/macpd/internal/coord"
 )
 
 // The payload's string fields are of four named types only. Each has a
@@ -155,6 +157,10 @@ var (
 	EndedByCancel     = class("cancel")
 	EndedByTTL        = class("ttl")
 )
+
+// ProtocolLatest is the payload's protocol_profile of a session bound to
+// profile 2026-09 ("latest"); a 2026-04 session has none.
+var ProtocolLatest = class(coord.ProfileLatest)
 
 // Determinism classes (RFC-MACP-0003 §5) and "unknown" for a mode this
 // build does not have.

@@ -6,7 +6,11 @@
 // /macp/snapshots/{ref}, each request authorized by the binding's
 // Authorize callback), writes snapshot files after terminal transitions
 // (Writer, WriteFiles) and builds a snapshot Input from a remote runtime
-// over gRPC (FromRuntime, ReadHistory).
+// over gRPC (FromRuntime, ReadHistory; the session's protocol profile,
+// which SessionMetadata does not carry, from macpd's GetSession response
+// header coord.HeaderSessionProfile, else by snapshot.WireProfile with
+// the runtime's manifest profile). Files are written when a session ends
+// (RESOLVED, EXPIRED, CANCELLED), never for a SUSPENDED one.
 //
 // Contract: Service's methods return *coord.Error (SESSION_NOT_FOUND,
 // INVALID_ENVELOPE for a bad query, INTERNAL_ERROR otherwise) and are

@@ -7,7 +7,10 @@ import (
 	"io"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/snapshot"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 )
 
 // FromRuntime reads a session's Input from a running runtime with only
@@ -20,13 +23,22 @@ import (
 // metadata was OPEN when the envelopes were read). With decay > 0 it also
 // lists the subsequent sessions (ListSessions: the ones the caller may
 // observe, the same candidates as the HTTP report's for that caller). The
-// Input equals the one the runtime's own history gives.
+// protocol profile is the one macpd names in GetSession's response header
+// coord.HeaderSessionProfile (asked for in the request); from a runtime
+// that does not, snapshot.WireProfile's, with the profile the runtime's
+// manifest (GetManifest) says it binds new sessions to. The Input equals
+// the one the runtime's own history gives.
 func FromRuntime(ctx context.Context, rpc macpv1.MACPRuntimeServiceClient, sessionID string, decay int) (snapshot.Input, []string, error) {
 	envs, err := ReadHistory(ctx, rpc, sessionID)
 	if err != nil {
 		return snapshot.Input{}, nil, err
 	}
-	resp, err := rpc.GetSession(ctx, &macpv1.GetSessionRequest{SessionId: sessionID})
+	// The session's recorded profile, which SessionMetadata does not carry,
+	// comes in a response header macpd sends when asked
+	// (coord.HeaderSessionProfile).
+	var hdr metadata.MD
+	resp, err := rpc.GetSession(metadata.AppendToOutgoingContext(ctx, coord.HeaderSessionProfile, "1"),
+		&macpv1.GetSessionRequest{SessionId: sessionID}, grpc.Header(&hdr))
 	if err != nil {
 		return snapshot.Input{}, nil, err
 	}
@@ -54,7 +66,19 @@ func FromRuntime(ctx context.Context, rpc macpv1.MACPRuntimeServiceClient, sessi
 		// The runtime listed only what the caller may observe.
 		sub = snapshot.Subsequent(starts, sessionID, decay, snapshot.Viewer{Observer: true})
 	}
-	return snapshot.InputFromWire(md, envs), sub, nil
+	in := snapshot.InputFromWire(md, envs, "")
+	if v := hdr.Get(coord.HeaderSessionProfile); len(v) == 1 {
+		in.Profile = v[0]
+		return in, sub, nil
+	}
+	// A runtime that does not answer the header: the profile as far as
+	// the history shows it, else the one the runtime's manifest says it
+	// binds new sessions to (snapshot.WireProfile).
+	man, err := rpc.GetManifest(ctx, &macpv1.GetManifestRequest{})
+	if err != nil {
+		return snapshot.Input{}, nil, err
+	}
+	return snapshot.InputFromWire(md, envs, man.GetManifest().GetMetadata()["profile"]), sub, nil
 }
 
 // ReadHistory reads a session's accepted envelopes in sequence order over
