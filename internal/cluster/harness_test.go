@@ -41,6 +41,9 @@ type env struct {
 	mu    sync.Mutex
 	nodes []*app.App // nil: killed
 	bus   bool       // MACP_NATS_BUS on every node started after it is set
+	// profiles binds the new sessions of node i to profiles[i]
+	// (MACP_PROFILE); absent = the default.
+	profiles map[int]string
 }
 
 func newEnv(t testing.TB, servers, nodes int) *env {
@@ -50,7 +53,17 @@ func newEnv(t testing.TB, servers, nodes int) *env {
 
 func newEnvBus(t testing.TB, servers, nodes int, bus bool) *env {
 	t.Helper()
-	e := &env{t: t, nats: natstest.RunCluster(t, servers), bus: bus}
+	return newEnvProfiles(t, servers, nodes, bus, nil)
+}
+
+// newEnvProfiles is newEnvBus with node i binding new sessions to
+// profiles[i] (a missing or empty entry: the default profile).
+func newEnvProfiles(t testing.TB, servers, nodes int, bus bool, profiles []string) *env {
+	t.Helper()
+	e := &env{t: t, nats: natstest.RunCluster(t, servers), bus: bus, profiles: map[int]string{}}
+	for i, p := range profiles {
+		e.profiles[i] = p
+	}
 	for i := 0; i < nodes; i++ {
 		e.nodes = append(e.nodes, nil)
 		e.startNode(i)
@@ -85,8 +98,12 @@ func (e *env) startNode(i int) {
 	var a *app.App
 	var err error
 	deadline := time.Now().Add(60 * time.Second)
+	cfg := e.config()
+	if p := e.profiles[i]; p != "" {
+		cfg.Profile = p
+	}
 	for {
-		a, err = app.New(e.config(), nil)
+		a, err = app.New(cfg, nil)
 		if err == nil {
 			if err = a.Start(context.Background()); err == nil {
 				break
