@@ -16,6 +16,12 @@ const (
 	// cache that lies), so the runtime acks envelopes that a crash then
 	// loses: "every acknowledged envelope is in history after any crash".
 	mutLyingSync = "lyingsync"
+	// mutEarlyRelease (the stream-budget simulation, budget_test.go): the
+	// simulated consumer returns a record's charge as soon as its
+	// transport accepted it (Sent), not once the client took it, so the
+	// budget lets streams whose clients do not read hold more than the
+	// bounds: "what is held never exceeds the budget and the shares".
+	mutEarlyRelease = "earlyrelease"
 )
 
 // lyingFS wraps the disk: WAL files it opens for writing report every
