@@ -74,4 +74,16 @@ func TestSimFindsMutations(t *testing.T) {
 			t.Errorf("mutation %s: not found by seeds 1..%d", m, tries)
 		}
 	}
+	// The stream-budget simulation's mutation.
+	found := 0
+	const tries = 3
+	for seed := uint64(1); seed <= tries; seed++ {
+		if _, failed, _ := runBudget(config{seed: seed, steps: budgetSteps(), mutate: mutEarlyRelease}); failed != "" {
+			found++
+			t.Logf("mutation %s, budget seed %d: %s", mutEarlyRelease, seed, failed)
+		}
+	}
+	if found == 0 {
+		t.Errorf("mutation %s: not found by budget seeds 1..%d", mutEarlyRelease, tries)
+	}
 }
