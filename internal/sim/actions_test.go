@@ -74,6 +74,7 @@ var actions = []action{
 	{"crash", 2, (*world).actCrash},
 	{"fault", 3, (*world).actFault},
 	{"hold", 3, (*world).actHold},
+	{"followrace", 4, (*world).actFollowRace},
 }
 
 func (w *world) chooseAction() action {

@@ -61,8 +61,12 @@ type world struct {
 	mem *vfs.MemFS // the disk; replaced by its crash clone at each crash
 	inj *injector
 	st  *pebblestore.Store
-	rt  *runtime.Runtime
-	reg *registry.Registry // the runtime's mode and policy lookups
+	pst *parkStore // st as the runtime sees it (interleave_test.go)
+	// park, while set, is where the next follower started parks
+	// (actFollowRace).
+	park *parkPoint
+	rt   *runtime.Runtime
+	reg  *registry.Registry // the runtime's mode and policy lookups
 
 	step  int
 	trace []string
@@ -154,7 +158,8 @@ func (w *world) open() {
 	if err := w.reg.Load(w.ctx); err != nil {
 		w.fail("runtime start (recovery): %v", err)
 	}
-	w.rt = runtime.New(st, w.reg, w.reg, runtime.Options{Limits: w.lim, Clock: w.clk})
+	w.pst = &parkStore{Store: st}
+	w.rt = runtime.New(w.pst, w.reg, w.reg, runtime.Options{Limits: w.lim, Clock: w.clk})
 	if err := w.rt.Start(w.ctx); err != nil {
 		w.fail("runtime start (recovery): %v", err)
 	}
