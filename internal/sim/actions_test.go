@@ -75,6 +75,7 @@ var actions = []action{
 	{"fault", 3, (*world).actFault},
 	{"hold", 3, (*world).actHold},
 	{"followrace", 4, (*world).actFollowRace},
+	{"expiryrace", 3, (*world).actExpiryRace},
 }
 
 func (w *world) chooseAction() action {

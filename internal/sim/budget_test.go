@@ -301,6 +301,11 @@ func (w *bworld) acquire(s *bstream, try bool) {
 		return wt.returned || w.b.Stats().Waits > w.waits
 	}, "Acquire %d on %s to return or wait", n, s.name)
 	if st := w.b.Stats(); st.Waits > w.waits {
+		// The call counted itself as waiting under the budget's lock and
+		// may still hold it, running a grant pass: take the lock once
+		// (Held) so that every grant of the pass is in Stats().Used before
+		// settle looks.
+		w.b.Held("", "")
 		w.waits = st.Waits
 		wt.queued = true // a grant within its own call is booked by settle, in queue order
 		w.queue = append(w.queue, s)
@@ -493,56 +498,52 @@ func (w *bworld) settle() {
 		return all && w.b.Stats().Used == w.apiUsed()+granted
 	}, "the budget to settle (holds %d, streams were granted %d)", w.b.Stats().Used, w.apiUsed())
 
-	// The queue in order, as the budget's grant pass sees it: grants are
-	// checked against what was granted before them in the same pass, and
-	// a waiter that waits for the global budget holds up later waiters of
-	// its class (holding something, or holding nothing).
-	//
-	// Two barriers per class: strict (an earlier waiter whose first
-	// failing bound is the global budget: what a fresh grant pass sees, so
-	// no grant may pass it) and loose (an earlier waiter the global budget
-	// does not allow, whatever its other bounds: the budget recomputes its
-	// barriers only in a grant pass, which a charge does not run, so a
-	// waiter that first waited for the budget and now also waits on its
-	// share still holds up later ones until the next release; a waiter
-	// left waiting is a violation only when no loose barrier explains it).
-	var barHeld, barEmpty, looseHeld, looseEmpty bool
-	kept := w.queue[:0]
+	// Ended calls first: a stall, a cancel or a close takes the waiter out
+	// of the queue before the grant pass it runs.
+	var rest []*bstream
 	for _, s := range w.queue {
 		wt := s.wait
 		switch {
-		case wt.returned && wt.err == nil:
-			if !s.open {
-				w.fail("Acquire %d on %s granted although its window was closed: the charge is never returned", wt.n, s.name)
-			}
-			if wt.expect != "" {
-				w.fail("Acquire %d on %s granted although it was %s", wt.n, s.name, wt.expect)
-			}
-			fits, _ := w.fitsAPI(s, wt.n)
-			barred := barHeld
-			if s.apiHeld() == 0 {
-				barred = barEmpty
-			}
-			if !fits || barred {
-				w.fail("Acquire %d on %s granted though %s (barred: %v)", wt.n, s.name, w.why(s, wt.n), barred)
-			}
-			w.logf("  %s granted %d", s.name, wt.n)
-			s.wait = nil
-			wt.cancel()
-			w.granted(s, wt.n)
-		case wt.returned:
+		case wt.returned && wt.err == nil && !s.open:
+			w.fail("Acquire %d on %s granted although its window was closed: the charge is never returned", wt.n, s.name)
+		case wt.returned && wt.err == nil && wt.expect != "":
+			w.fail("Acquire %d on %s granted although it was %s", wt.n, s.name, wt.expect)
+		case wt.returned && wt.err != nil:
 			w.checkFailed(s, wt)
 			s.wait = nil
 			wt.cancel()
 		default:
+			rest = append(rest, s)
+		}
+	}
+	// The grants, as grant passes see the queue: in order, each checked
+	// against what was granted before it, and a waiter whose first failing
+	// bound is the global budget holds up later waiters of its class
+	// (holding something, or holding nothing). One call may run more than
+	// one pass (Close runs two, and a grant in the first may change a
+	// waiter's first failing bound in the second), so the passes are
+	// repeated while they book grants; a grant no pass allows fails.
+	for progress := true; progress; {
+		progress = false
+		var barHeld, barEmpty bool
+		for _, s := range rest {
+			wt := s.wait
+			if wt == nil {
+				continue // booked
+			}
 			fits, global := w.fitsAPI(s, wt.n)
 			empty := s.apiHeld() == 0
-			barred, loose := barHeld, looseHeld
+			barred := barHeld
 			if empty {
-				barred, loose = barEmpty, looseEmpty
+				barred = barEmpty
 			}
-			if fits && !loose {
-				w.fail("%s's Acquire %d left waiting although the bounds allow it and nothing earlier of its class waits for the budget", s.name, wt.n)
+			if wt.returned && fits && !barred {
+				w.logf("  %s granted %d", s.name, wt.n)
+				s.wait = nil
+				wt.cancel()
+				w.granted(s, wt.n)
+				progress = true
+				continue
 			}
 			if !fits && global && !barred {
 				if empty {
@@ -551,15 +552,41 @@ func (w *bworld) settle() {
 					barHeld = true
 				}
 			}
-			if !fits && w.globalFails(s, wt.n) {
-				if empty {
-					looseEmpty = true
-				} else {
-					looseHeld = true
-				}
-			}
-			kept = append(kept, s)
 		}
+	}
+	// What still waits, on the final state. The budget recomputes its
+	// barriers only in a grant pass, which a charge does not run: a waiter
+	// that waited for the global budget and now also waits on its share
+	// still holds up later ones until the next release. So a waiter left
+	// waiting is a violation only when no earlier waiter of its class is
+	// refused by the global budget, whatever its other bounds.
+	var looseHeld, looseEmpty bool
+	kept := w.queue[:0]
+	for _, s := range rest {
+		wt := s.wait
+		if wt == nil {
+			continue
+		}
+		if wt.returned {
+			w.fail("Acquire %d on %s granted though %s, and no grant pass allows it", wt.n, s.name, w.why(s, wt.n))
+		}
+		fits, _ := w.fitsAPI(s, wt.n)
+		empty := s.apiHeld() == 0
+		loose := looseHeld
+		if empty {
+			loose = looseEmpty
+		}
+		if fits && !loose {
+			w.fail("%s's Acquire %d left waiting although the bounds allow it and nothing earlier of its class waits for the budget", s.name, wt.n)
+		}
+		if !fits && w.globalFails(s, wt.n) {
+			if empty {
+				looseEmpty = true
+			} else {
+				looseHeld = true
+			}
+		}
+		kept = append(kept, s)
 	}
 	w.queue = kept
 	w.checkState()

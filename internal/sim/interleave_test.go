@@ -3,6 +3,10 @@ package sim
 import (
 	"context"
 	"sync"
+	"time"
+
+	"github.com/macpd/macpd/internal/clock"
+	"github.com/macpd/macpd/internal/clock/clocktest"
 
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode/decision"
@@ -151,5 +155,134 @@ func (w *world) actFollowRace() {
 	close(p.resume)
 	if !w.awaitStart(f) {
 		w.fail("follower f%d of %s, parked at %s, was refused: %s", f.n, s.id, where, coord.CodeOf(f.err))
+	}
+}
+
+// gateClock is the clock the runtime sees: the world's fake clock, whose
+// timers (in the simulation only the runtime's timer loop arms one: no
+// commit-wait bound, no eviction, no shared store, followers without
+// windows) deliver their fires through a gate the driver can close. While
+// it is closed a deadline that passes does not wake the timer loop, so a
+// client's envelope to that session is decided first; opening it lets the
+// loop run its (now redundant) expiry.
+type gateClock struct {
+	*clocktest.Fake
+	mu     sync.Mutex
+	closed bool
+	opened chan struct{} // closed and replaced when the gate opens
+	quit   chan struct{} // ends the forwarders (the runtime is gone)
+}
+
+func newGateClock(f *clocktest.Fake) *gateClock {
+	return &gateClock{Fake: f, opened: make(chan struct{}), quit: make(chan struct{})}
+}
+
+func (c *gateClock) close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+}
+
+func (c *gateClock) open() {
+	c.mu.Lock()
+	if c.closed {
+		c.closed = false
+		close(c.opened)
+		c.opened = make(chan struct{})
+	}
+	c.mu.Unlock()
+}
+
+// stop opens the gate and ends the forwarders.
+func (c *gateClock) stop() {
+	c.open()
+	close(c.quit)
+}
+
+// wait blocks while the gate is closed; false if the clock was stopped.
+func (c *gateClock) wait() bool {
+	for {
+		c.mu.Lock()
+		closed, opened := c.closed, c.opened
+		c.mu.Unlock()
+		if !closed {
+			return true
+		}
+		select {
+		case <-opened:
+		case <-c.quit:
+			return false
+		}
+	}
+}
+
+func (c *gateClock) NewTimer(d time.Duration) clock.Timer {
+	t := &gatedTimer{Timer: c.Fake.NewTimer(d), out: make(chan time.Time, 1)}
+	go func() {
+		for {
+			var v time.Time
+			select {
+			case v = <-t.Timer.C():
+			case <-c.quit:
+				return
+			}
+			if !c.wait() {
+				return
+			}
+			select {
+			case t.out <- v:
+			default: // a fire is pending already, as with a real timer
+			}
+		}
+	}()
+	return t
+}
+
+type gatedTimer struct {
+	clock.Timer
+	out chan time.Time
+}
+
+func (t *gatedTimer) C() <-chan time.Time { return t.out }
+
+// actExpiryRace moves the clock past an OPEN session's deadline and sends
+// it a message, in an order the seed draws: the timer first (its expiry
+// is stored, then the envelope finds the session EXPIRED), or the envelope
+// first (the timer loop is held at the gate: the envelope's own admission
+// finds the deadline passed and stores the Expire record; the timer's
+// expiry then finds nothing to do). Either way the envelope is answered
+// SESSION_NOT_OPEN and the history has one Expire record, not dated
+// before the deadline.
+func (w *world) actExpiryRace() {
+	var open []*simSession
+	now := w.clk.NowMs()
+	for _, s := range w.sessions {
+		if s.started && !s.terminal && s.status == session.Open && s.inspected && s.expiry > now {
+			open = append(open, s)
+		}
+	}
+	if len(open) == 0 {
+		return
+	}
+	s := open[w.pick(len(open))]
+	envelopeFirst := w.chance(50)
+	past := time.Duration(w.pick(2000)) * time.Millisecond
+	d := time.UnixMilli(s.expiry).Add(past).Sub(w.clk.Now())
+	first := "timer"
+	if envelopeFirst {
+		first = "envelope"
+		w.gclk.close()
+	}
+	w.clk.Advance(d)
+	w.logf("expiry race on %s: advance %s, %s past its deadline; %s first", s.id, d, past, first)
+	if !envelopeFirst {
+		if !wait(func() bool { st, _, _ := w.inspect(s); return st.Terminal() }) {
+			w.fail("%s: deadline passed but the timer did not expire it", s.id)
+		}
+	}
+	ack := w.send(s, s.parts[w.pick(len(s.parts))], w.messageEnv(s), "expiry-race message")
+	w.gclk.open()
+	if ack.Ok && !ack.Duplicate {
+		w.fail("%s: an envelope decided %s after the deadline was accepted", s.id, past)
 	}
 }

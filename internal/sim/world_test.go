@@ -65,6 +65,9 @@ type world struct {
 	// park, while set, is where the next follower started parks
 	// (actFollowRace).
 	park *parkPoint
+	// gclk is the clock the runtime sees: clk with a gate on its timers
+	// (interleave_test.go), one per runtime.
+	gclk *gateClock
 	rt   *runtime.Runtime
 	reg  *registry.Registry // the runtime's mode and policy lookups
 
@@ -159,7 +162,8 @@ func (w *world) open() {
 		w.fail("runtime start (recovery): %v", err)
 	}
 	w.pst = &parkStore{Store: st}
-	w.rt = runtime.New(w.pst, w.reg, w.reg, runtime.Options{Limits: w.lim, Clock: w.clk})
+	w.gclk = newGateClock(w.clk)
+	w.rt = runtime.New(w.pst, w.reg, w.reg, runtime.Options{Limits: w.lim, Clock: w.gclk})
 	if err := w.rt.Start(w.ctx); err != nil {
 		w.fail("runtime start (recovery): %v", err)
 	}
@@ -173,6 +177,7 @@ func (w *world) shutdown() {
 	}
 	w.stopFollowers()
 	done := make(chan struct{})
+	w.gclk.stop()
 	go func() {
 		w.inj.releaseAll()
 		w.rt.Close()
