@@ -146,6 +146,13 @@ func (w *world) settle() {
 			continue
 		}
 		st, exp, _ := w.inspect(s)
+		if st.Terminal() && !hist[len(hist)-1].Status.Terminal() {
+			// It ended between the two reads (a session started this step
+			// already past its deadline, whose expiry the harness did not
+			// wait for): read the history again.
+			hist = w.history(s.id)
+			w.checkHistory(s, hist)
+		}
 		if st.Terminal() {
 			last := hist[len(hist)-1]
 			due := s.expiry

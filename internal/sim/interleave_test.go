@@ -250,9 +250,9 @@ func (t *gatedTimer) C() <-chan time.Time { return t.out }
 // is stored, then the envelope finds the session EXPIRED), or the envelope
 // first (the timer loop is held at the gate: the envelope's own admission
 // finds the deadline passed and stores the Expire record; the timer's
-// expiry then finds nothing to do). Either way the envelope is answered
-// SESSION_NOT_OPEN and the history has one Expire record, not dated
-// before the deadline.
+// expiry then finds nothing to do). Either way the envelope is not
+// accepted (SESSION_NOT_OPEN, unless its shape or mode refused it first)
+// and the history has one Expire record, not dated before the deadline.
 func (w *world) actExpiryRace() {
 	var open []*simSession
 	now := w.clk.NowMs()
@@ -281,6 +281,14 @@ func (w *world) actExpiryRace() {
 		}
 	}
 	ack := w.send(s, s.parts[w.pick(len(s.parts))], w.messageEnv(s), "expiry-race message")
+	if envelopeFirst && ack.Error != nil && ack.Error.Code == string(coord.CodeSessionNotOpen) {
+		// The timer loop is still held: the Expire record is the
+		// envelope's own admission's (an envelope refused before the
+		// deadline check, for its shape or mode, expires nothing).
+		if !wait(func() bool { st, _, _ := w.inspect(s); return st.Terminal() }) {
+			w.fail("%s: an envelope decided after the deadline did not expire the session", s.id)
+		}
+	}
 	w.gclk.open()
 	if ack.Ok && !ack.Duplicate {
 		w.fail("%s: an envelope decided %s after the deadline was accepted", s.id, past)
