@@ -146,10 +146,17 @@ func (w *world) settle() {
 			continue
 		}
 		st, exp, _ := w.inspect(s)
+		if !st.Terminal() && exp > 0 && exp <= now {
+			// Started this step already past its deadline (a SessionStart
+			// resent with its old timestamp): the timer fires now; wait
+			// for it as for the others.
+			if !wait(func() bool { st, exp, _ = w.inspect(s); return st.Terminal() }) {
+				w.fail("%s: deadline %d passed (now %d) but the session is still %s: the timer did not fire", s.id, exp-epoch.UnixMilli(), now-epoch.UnixMilli(), st)
+			}
+		}
 		if st.Terminal() && !hist[len(hist)-1].Status.Terminal() {
 			// It ended between the two reads (a session started this step
-			// already past its deadline, whose expiry the harness did not
-			// wait for): read the history again.
+			// already past its deadline): read the history again.
 			hist = w.history(s.id)
 			w.checkHistory(s, hist)
 		}
