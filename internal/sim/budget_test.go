@@ -821,7 +821,9 @@ func TestSimBudget(t *testing.T) {
 		if failed != "" {
 			failedSeeds++
 			t.Errorf("budget seed %d: %s\nlast steps:\n%s\nrerun: %s", seed, failed, tail(trace, 25), reproduceBudget(seed, *flagMutate))
+			continue
 		}
+		t.Logf("budget seed %d: %s (trace %08x)", seed, strings.TrimSpace(trace[len(trace)-1][16:]), traceSum(trace))
 	}
 	t.Logf("budget: %d seeds (%d steps each), %d failed, %.1f simulated hours", len(list), n, failedSeeds, total.Hours())
 }
