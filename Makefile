@@ -61,7 +61,7 @@ test-all: lint ## Everything CI runs (.ci/run): race on every package without -s
 .PHONY: sim
 sim: ## Deterministic simulation (internal/sim), no race detector: SEEDS=N seeds from FIRST=1 (default 120), or SEED=N to rerun one with its trace
 	@# -v for the summary (seeds, failures, simulated hours); the line per passing seed is left out.
-	set -o pipefail; go test -count=1 -timeout 0 -v ./internal/sim -run 'TestSim$$' $(if $(SEED),-seed $(SEED) -simtrace,-seeds $(or $(SEEDS),120) -first $(or $(FIRST),1)) $(if $(SEED),,| grep -v ': end: ')
+	set -o pipefail; go test -count=1 -timeout 0 -v ./internal/sim -run 'TestSim$$|TestSimBudget$$' $(if $(SEED),-seed $(SEED) -simtrace,-seeds $(or $(SEEDS),120) -first $(or $(FIRST),1)) $(if $(SEED),,| grep -v ': end: ')
 
 .PHONY: build
 build: ## Build bin/macpd, bin/macpctl, bin/macpbench and the benchmark ceilings (echo-bench, disksync)

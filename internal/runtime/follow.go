@@ -372,6 +372,12 @@ type FollowOptions struct {
 	// ends Follow with RATE_LIMITED. Without a Window, Follow is still
 	// paced by fn (it waits while fn does), reading the store in one pass.
 	Window *streambudget.Window
+	// OnRegistered, if set, is called once the follower is registered for
+	// the session's live tail and before its first store pass reads
+	// durableSeq. A test seam (the simulation, internal/sim, commits a
+	// record from inside it to make the store pass and the tail overlap);
+	// transports leave it nil.
+	OnRegistered func()
 }
 
 // ErrFollowEnded is returned by Follow when the session reached a
@@ -484,6 +490,9 @@ func (r *Runtime) Follow(ctx context.Context, id coord.Identity, sessionID strin
 	// limit of the store pass below.
 	o.addFollower(r.stop)
 	defer o.removeFollower()
+	if opts.OnRegistered != nil {
+		opts.OnRegistered()
+	}
 	r.followers.Add(1)
 	defer r.followers.Add(-1)
 	// done is this follower's own: waiting on ctx.Done(), possibly shared

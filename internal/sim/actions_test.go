@@ -74,6 +74,8 @@ var actions = []action{
 	{"crash", 2, (*world).actCrash},
 	{"fault", 3, (*world).actFault},
 	{"hold", 3, (*world).actHold},
+	{"followrace", 4, (*world).actFollowRace},
+	{"expiryrace", 3, (*world).actExpiryRace},
 }
 
 func (w *world) chooseAction() action {

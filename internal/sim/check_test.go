@@ -146,6 +146,20 @@ func (w *world) settle() {
 			continue
 		}
 		st, exp, _ := w.inspect(s)
+		if !st.Terminal() && exp > 0 && exp <= now {
+			// Started this step already past its deadline (a SessionStart
+			// resent with its old timestamp): the timer fires now; wait
+			// for it as for the others.
+			if !wait(func() bool { st, exp, _ = w.inspect(s); return st.Terminal() }) {
+				w.fail("%s: deadline %d passed (now %d) but the session is still %s: the timer did not fire", s.id, exp-epoch.UnixMilli(), now-epoch.UnixMilli(), st)
+			}
+		}
+		if st.Terminal() && !hist[len(hist)-1].Status.Terminal() {
+			// It ended between the two reads (a session started this step
+			// already past its deadline): read the history again.
+			hist = w.history(s.id)
+			w.checkHistory(s, hist)
+		}
 		if st.Terminal() {
 			last := hist[len(hist)-1]
 			due := s.expiry
@@ -214,14 +228,21 @@ func (w *world) follow(s *simSession, who coord.Identity, after uint64, midSync 
 	}
 	ctx, cancel := context.WithCancel(w.ctx)
 	f := &follower{n: len(w.followers) + 1, s: s, who: who, after: after, stored: stored, cancel: cancel, done: make(chan struct{})}
-	rt := w.rt
+	rt, park := w.rt, w.park
 	go func() {
 		defer close(f.done)
-		err := rt.Follow(ctx, who, s.id, after, runtime.FollowOptions{OnStartAfter: func(_, eff uint64) {
+		opts := runtime.FollowOptions{OnStartAfter: func(_, eff uint64) {
 			f.mu.Lock()
 			f.started, f.eff = true, eff
 			f.mu.Unlock()
-		}}, func(r session.Record) error {
+			if park != nil && park.where == "snapshot" {
+				park.wait()
+			}
+		}}
+		if park != nil && park.where == "registered" {
+			opts.OnRegistered = park.wait
+		}
+		err := rt.Follow(ctx, who, s.id, after, opts, func(r session.Record) error {
 			f.mu.Lock()
 			f.got = append(f.got, r)
 			f.mu.Unlock()
@@ -233,7 +254,11 @@ func (w *world) follow(s *simSession, who coord.Identity, after uint64, midSync 
 	}()
 	if midSync {
 		w.followers = append(w.followers, f)
-		w.logf("follow f%d %s by %s after %d, during the held sync", f.n, s.id, who.Sender, after)
+		where := "during the held sync"
+		if park != nil {
+			where = "to park at " + park.where
+		}
+		w.logf("follow f%d %s by %s after %d, %s", f.n, s.id, who.Sender, after, where)
 		return f
 	}
 	if w.awaitStart(f) {

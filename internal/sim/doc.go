@@ -23,7 +23,18 @@
 // crash) is a function of the seed. The interleavings explored are those
 // reachable by orderings of whole steps plus the pipelined bursts
 // (SendPipelined: several envelopes decided in a fixed order and then
-// committed together) and the appends held in a slow sync while the clock
-// moves or the process crashes; races inside one step between runtime
+// committed together), the appends held in a slow sync while the clock
+// moves or the process crashes, and a follower parked by the seed at one
+// of three points inside Follow while a record of its session is committed
+// (interleave_test.go); other races inside one step between runtime
 // goroutines are not chosen by the seed (see docs/simulation.md).
+//
+// TestSimBudget (budget_test.go) simulates the stream budget
+// (internal/streambudget) on its own: simulated streams charge, hand on,
+// release, drop and close, and Acquire calls wait, are cancelled and stall
+// on the fake clock, every choice from the seed, with the accounting, the
+// bounds (on what the streams really hold), the fair wake-up order and the
+// stall limit checked after every step:
+//
+//	go test ./internal/sim -run TestSimBudget -seed N -simtrace
 package sim

@@ -16,6 +16,12 @@ const (
 	// cache that lies), so the runtime acks envelopes that a crash then
 	// loses: "every acknowledged envelope is in history after any crash".
 	mutLyingSync = "lyingsync"
+	// mutEarlyRelease (the stream-budget simulation, budget_test.go): the
+	// simulated consumer returns a record's charge as soon as its
+	// transport accepted it (Sent), not once the client took it, so the
+	// budget lets streams whose clients do not read hold more than the
+	// bounds: "what is held never exceeds the budget and the shares".
+	mutEarlyRelease = "earlyrelease"
 )
 
 // lyingFS wraps the disk: WAL files it opens for writing report every
@@ -67,5 +73,17 @@ func TestSimFindsMutations(t *testing.T) {
 		if found == 0 {
 			t.Errorf("mutation %s: not found by seeds 1..%d", m, tries)
 		}
+	}
+	// The stream-budget simulation's mutation.
+	found := 0
+	const tries = 3
+	for seed := uint64(1); seed <= tries; seed++ {
+		if _, failed, _ := runBudget(config{seed: seed, steps: budgetSteps(), mutate: mutEarlyRelease}); failed != "" {
+			found++
+			t.Logf("mutation %s, budget seed %d: %s", mutEarlyRelease, seed, failed)
+		}
+	}
+	if found == 0 {
+		t.Errorf("mutation %s: not found by budget seeds 1..%d", mutEarlyRelease, tries)
 	}
 }

@@ -3,6 +3,7 @@ package sim
 import (
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"strconv"
 	"strings"
@@ -125,7 +126,7 @@ func TestSim(t *testing.T) {
 			t.Errorf("seed %d: %s\nlast steps:\n%s\nrerun: %s", seed, failed, tail(trace, 25), reproduce(seed, *flagMutate))
 			continue
 		}
-		t.Logf("seed %d: %s", seed, strings.TrimSpace(trace[len(trace)-1][16:]))
+		t.Logf("seed %d: %s (%.2f simulated hours, trace %08x)", seed, strings.TrimSpace(trace[len(trace)-1][16:]), simulated.Hours(), traceSum(trace))
 	}
 	t.Logf("%d seeds (%d steps each), %d failed, %.1f simulated hours", len(list), steps(), failedSeeds, total.Hours())
 }
@@ -157,4 +158,15 @@ func TestSimReproducible(t *testing.T) {
 		}
 		t.Fatalf("seed %d: traces differ in length: %d and %d lines", seed, len(a), len(b))
 	}
+}
+
+// traceSum is a checksum of a trace (FNV-1a), printed per passing seed so
+// that two runs can be compared line by line.
+func traceSum(trace []string) uint32 {
+	h := fnv.New32a()
+	for _, l := range trace {
+		h.Write([]byte(l))
+		h.Write([]byte{'\n'})
+	}
+	return h.Sum32()
 }

@@ -61,8 +61,15 @@ type world struct {
 	mem *vfs.MemFS // the disk; replaced by its crash clone at each crash
 	inj *injector
 	st  *pebblestore.Store
-	rt  *runtime.Runtime
-	reg *registry.Registry // the runtime's mode and policy lookups
+	pst *parkStore // st as the runtime sees it (interleave_test.go)
+	// park, while set, is where the next follower started parks
+	// (actFollowRace).
+	park *parkPoint
+	// gclk is the clock the runtime sees: clk with a gate on its timers
+	// (interleave_test.go), one per runtime.
+	gclk *gateClock
+	rt   *runtime.Runtime
+	reg  *registry.Registry // the runtime's mode and policy lookups
 
 	step  int
 	trace []string
@@ -154,7 +161,9 @@ func (w *world) open() {
 	if err := w.reg.Load(w.ctx); err != nil {
 		w.fail("runtime start (recovery): %v", err)
 	}
-	w.rt = runtime.New(st, w.reg, w.reg, runtime.Options{Limits: w.lim, Clock: w.clk})
+	w.pst = &parkStore{Store: st}
+	w.gclk = newGateClock(w.clk)
+	w.rt = runtime.New(w.pst, w.reg, w.reg, runtime.Options{Limits: w.lim, Clock: w.gclk})
 	if err := w.rt.Start(w.ctx); err != nil {
 		w.fail("runtime start (recovery): %v", err)
 	}
@@ -168,6 +177,7 @@ func (w *world) shutdown() {
 	}
 	w.stopFollowers()
 	done := make(chan struct{})
+	w.gclk.stop()
 	go func() {
 		w.inj.releaseAll()
 		w.rt.Close()

@@ -711,8 +711,11 @@ func (w *Window) Close() {
 	}
 	held := w.pending + w.sent
 	w.pending, w.sent = 0, 0
-	w.chargeLocked(-held)
+	// Closed before the release: the grant pass the release runs must
+	// end this window's own waiting Acquire, not grant it (nothing would
+	// ever return that charge).
 	w.closed = true
+	w.chargeLocked(-held)
 	b.windows.Add(-1)
 	detach(b.identities, w.ident, w.identity, 0)
 	detach(b.sessions, w.sess, w.sessID, 0)

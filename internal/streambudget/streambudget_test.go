@@ -337,3 +337,26 @@ func TestStreamWindowGrantRacingCloseCountsOnce(t *testing.T) {
 		}
 	}
 }
+
+// A window closed while it holds something and its own Acquire waits
+// (found by the stream-budget simulation, internal/sim): the release of
+// what it held must not grant that Acquire, whose charge nothing would
+// return; the Acquire ends (context.Canceled) and the budget is empty.
+func TestStreamWindowCloseWithOwnWaiterReturnsAll(t *testing.T) {
+	b := New(Options{PerStream: 100, Total: 1000}, clocktest.New())
+	w := b.NewWindow()
+	w.Bind("agent://a", "s1")
+	if !w.TryAcquire(80) {
+		t.Fatal("first record")
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Acquire(context.Background(), 50) }() // waits on its own bound
+	eventually(t, 5*time.Second, "the Acquire to wait", func() bool { return b.Stats().Waits == 1 })
+	w.Close()
+	if err := recv(t, done, "the Acquire to end"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire on a window closed while it waited: %v, want context.Canceled", err)
+	}
+	if u := b.Stats().Used; u != 0 {
+		t.Fatalf("used %d after the only window closed", u)
+	}
+}
