@@ -14,8 +14,8 @@ import (
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/listpage"
 	"github.com/macpd/macpd/internal/mode"
-	"github.com/macpd/macpd/internal/runtime"
 	"github.com/macpd/macpd/internal/wire"
 	"google.golang.org/protobuf/proto"
 )
@@ -242,7 +242,7 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	} else if ok {
 		n, err := strconv.ParseInt(v, 10, 32)
 		if err != nil || n < 0 {
-			WriteError(w, coord.Errorf(coord.CodeInvalidEnvelope, "page_size=%q: use 0..%d (0: the server's maximum)", v, runtime.MaxPageSize))
+			WriteError(w, coord.Errorf(coord.CodeInvalidEnvelope, "page_size=%q: use 0..%d (0: the server's maximum)", v, listpage.MaxSize))
 			return
 		}
 		size = int32(n)

@@ -35,6 +35,7 @@ import (
 var corePackages = []string{
 	"internal/cmthash",
 	"internal/coord",
+	"internal/listpage",
 	"internal/mode/...",
 	"internal/policy",
 	"internal/replay",
