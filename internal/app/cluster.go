@@ -185,3 +185,7 @@ func storeName(cfg config.Config) string {
 	}
 	return cfg.DataDir
 }
+
+// Ownership is the node's partitioned ownership (MACP_STORE=nats with
+// MACP_CLUSTER_OWNERSHIP=partitioned), else nil.
+func (a *App) Ownership() *cluster.Ownership { return a.cl.own }

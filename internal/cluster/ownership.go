@@ -92,6 +92,9 @@ type Ownership struct {
 
 	mu   sync.Mutex
 	keys map[string]*keySeen
+	// hold[p] is ended when partition p's holder, as forwarded to, stops
+	// holding it or renewing it: forwarded calls waiting on it give up.
+	hold []holdCtx
 
 	rt       *runtime.Runtime
 	cancel   context.CancelFunc
@@ -102,6 +105,12 @@ type Ownership struct {
 	resident atomic.Int64
 	fwdOut   atomic.Int64 // calls forwarded to another node
 	fwdIn    atomic.Int64 // forwarded calls served here
+}
+
+type holdCtx struct {
+	node   string
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // keySeen is the last entry of a key this node saw, and when (its clock).
@@ -148,9 +157,13 @@ func NewOwnership(ctx context.Context, st *natsstore.Store, opts OwnershipOption
 	return &Ownership{
 		st: st, kv: kv, self: hex.EncodeToString(nb[:]), parts: max(1, st.Partitions()), opts: opts,
 		mine: make([]atomic.Bool, max(1, st.Partitions())), keys: map[string]*keySeen{},
-		sem: make(chan struct{}, opts.MaxForwardsInFlight),
+		hold: make([]holdCtx, max(1, st.Partitions())),
+		sem:  make(chan struct{}, opts.MaxForwardsInFlight),
 	}, nil
 }
+
+// Partitions is how many partitions there are.
+func (w *Ownership) Partitions() int { return w.parts }
 
 // ID is this node's id in the bucket.
 func (w *Ownership) ID() string { return w.self }
@@ -289,6 +302,9 @@ func (w *Ownership) step(ctx context.Context) {
 			held[p].gone = true
 		}
 	}
+	for p := range w.hold {
+		_, _ = w.holderLocked(p) // ends the wait of calls forwarded to a holder gone
+	}
 	w.mu.Unlock()
 	slices.Sort(live)
 	var taken []int
@@ -362,15 +378,29 @@ func (w *Ownership) Owns(sessionID string) bool {
 	return w.mine[w.st.PartitionOf(sessionID)].Load()
 }
 
-// holder is the node to forward partition p's calls to; "" serves here.
-func (w *Ownership) holder(p int) string {
+// holder is the node to forward partition p's calls to ("": serve here)
+// and a context that ends when it no longer holds p or stops renewing.
+func (w *Ownership) holder(p int) (string, context.Context) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.holderLocked(p)
+}
+
+func (w *Ownership) holderLocked(p int) (string, context.Context) {
 	k := w.keys[partKey(p)]
-	if k == nil || k.gone || k.val == w.self || time.Since(k.at) >= w.opts.Lease {
-		return ""
+	node := ""
+	if k != nil && !k.gone && k.val != w.self && time.Since(k.at) < w.opts.Lease {
+		node = k.val
 	}
-	return k.val
+	h := &w.hold[p]
+	if h.ctx == nil || h.node != node {
+		if h.cancel != nil {
+			h.cancel()
+		}
+		h.node = node
+		h.ctx, h.cancel = context.WithCancel(context.Background())
+	}
+	return node, h.ctx
 }
 
 // Forward headers.
@@ -402,7 +432,7 @@ func (w *Ownership) Forward(ctx context.Context, id coord.Identity, call runtime
 	if w.mine[p].Load() {
 		return nil, nil, false
 	}
-	node := w.holder(p)
+	node, held := w.holder(p)
 	if node == "" {
 		return nil, nil, false
 	}
@@ -425,6 +455,11 @@ func (w *Ownership) Forward(ctx context.Context, id coord.Identity, call runtime
 		rctx, cancel = context.WithTimeout(ctx, w.opts.ForwardTimeout)
 		defer cancel()
 	}
+	// A holder that dies after taking the request never answers: give up
+	// when its lease is found stale or moves (step), not at the deadline.
+	rctx, cancel := context.WithCancel(rctx)
+	defer cancel()
+	defer context.AfterFunc(held, cancel)()
 	reply, err := w.st.Conn().RequestMsgWithContext(rctx, m)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return nil, nil, false // the holder is gone: serve here (fenced by the store)
