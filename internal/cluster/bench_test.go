@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/macpd/macpd/internal/app"
+	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/policy"
@@ -109,6 +110,13 @@ func BenchmarkCluster(b *testing.B) {
 				e.mu.Unlock()
 				e.startNode(len(e.nodes) - 1)
 			}
+			if testOwnership() == config.OwnershipPartitioned {
+				live := make([]int, nodes)
+				for i := range live {
+					live[i] = i
+				}
+				e.waitBalanced(b, live)
+			}
 			var rates, raws []float64
 			var cs commitStats       // node 0's group commits in the nats1 rounds
 			var rawLat time.Duration // the raw publishes' summed latency
@@ -142,6 +150,22 @@ func BenchmarkCluster(b *testing.B) {
 				rawLat += lat
 			}
 			rate := median(rates)
+			if nodes == 3 {
+				// Sessions each node holds in memory, against all OPEN
+				// sessions: 1 when every node holds every session
+				// (shared), about 1/3 when each holds its partitions'.
+				var most, sum int
+				for i := 0; i < nodes; i++ {
+					n := e.node(i).Runtime().Release()
+					most, sum = max(most, n), sum+n
+				}
+				all := sum // each session on its owner only
+				if testOwnership() == config.OwnershipShared {
+					all = most // every session on every node
+				}
+				b.ReportMetric(float64(most), "resident3_max")
+				b.ReportMetric(float64(most)/float64(all), "resident3_max/total")
+			}
 			b.ReportMetric(rate, fmt.Sprintf("nats%d_env/s", nodes))
 			b.ReportMetric(rate/pebble, fmt.Sprintf("nats%d/pebble", nodes))
 			if nodes == 1 {

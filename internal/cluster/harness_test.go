@@ -149,7 +149,7 @@ func (e *env) reader() *natsstore.Store {
 
 // history reads a session's stored records (retrying while the cluster
 // elects leaders).
-func history(t *testing.T, ns *natsstore.Store, sid string) []session.Record {
+func history(t testing.TB, ns *natsstore.Store, sid string) []session.Record {
 	t.Helper()
 	var recs []session.Record
 	var err error
