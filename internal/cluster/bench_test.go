@@ -158,6 +158,7 @@ func BenchmarkCluster(b *testing.B) {
 				for i := 0; i < nodes; i++ {
 					n := e.node(i).Runtime().Release()
 					most, sum = max(most, n), sum+n
+					b.Logf("node %d holds %d sessions", i, n)
 				}
 				all := sum // each session on its owner only
 				if testOwnership() == config.OwnershipShared {

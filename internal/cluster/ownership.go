@@ -346,31 +346,48 @@ func (w *Ownership) step(ctx context.Context) {
 		}
 	}
 	if len(taken) > 0 {
-		w.opts.Log.Info("partitions taken", "partitions", taken, "node", w.self, "members", len(live))
 		w.adopt(ctx, taken)
 	}
 	w.resident.Store(int64(w.rt.Release()))
 }
 
 // adopt loads the OPEN sessions of partitions just taken, so that their
-// deadlines are armed here.
+// deadlines are armed here, on up to 8 goroutines.
 func (w *Ownership) adopt(ctx context.Context, parts []int) {
+	t0 := time.Now()
+	ids := make(chan string)
+	var wg sync.WaitGroup
+	var loaded atomic.Int64
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range ids {
+				info, err := w.st.Info(ctx, id)
+				if err != nil || info.Status.Terminal() || info.Quarantined != "" || !w.Owns(id) {
+					continue
+				}
+				if cerr := w.rt.Inspect(ctx, id, func(*session.Session) {}); cerr != nil {
+					w.opts.Log.Warn("loading a session of a partition taken failed", "session_id", id, "err", cerr)
+					continue
+				}
+				loaded.Add(1)
+			}
+		}()
+	}
 	for _, p := range parts {
-		ids, err := w.st.PartitionIDs(ctx, p)
+		list, err := w.st.PartitionIDs(ctx, p)
 		if err != nil {
 			w.opts.Log.Warn("listing a partition's sessions failed; they load when asked for", "partition", p, "err", err)
 			continue
 		}
-		for _, id := range ids {
-			info, err := w.st.Info(ctx, id)
-			if err != nil || info.Status.Terminal() || info.Quarantined != "" || !w.mine[p].Load() {
-				continue
-			}
-			if cerr := w.rt.Inspect(ctx, id, func(*session.Session) {}); cerr != nil {
-				w.opts.Log.Warn("loading a session of a partition taken failed", "session_id", id, "err", cerr)
-			}
+		for _, id := range list {
+			ids <- id
 		}
 	}
+	close(ids)
+	wg.Wait()
+	w.opts.Log.Info("partitions taken: OPEN sessions loaded", "partitions", parts, "sessions", loaded.Load(), "took", time.Since(t0).Round(time.Millisecond))
 }
 
 // Owns implements runtime.Forwarder.
