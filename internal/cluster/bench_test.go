@@ -164,6 +164,17 @@ func BenchmarkCluster(b *testing.B) {
 				if testOwnership() == config.OwnershipShared {
 					all = most // every session on every node
 				}
+				if testOwnership() == config.OwnershipPartitioned {
+					// The same load with each client on its session's
+					// owner: what forwarding costs.
+					owned := load(b, sessions, perSession,
+						func(_ int, sid string) { e.send(0, initiator(39), startEnv(sid, "m0", 600_000)) },
+						func(_ int, sid string, k int) bool {
+							return e.send(max(0, e.ownerOf(sid)), aliceID, proposalEnv(sid, fmt.Sprintf("p%d", k))).GetOk()
+						})
+					b.ReportMetric(owned, "nats3owner_env/s")
+					b.ReportMetric(owned/rate, "nats3owner/nats3")
+				}
 				b.ReportMetric(float64(most), "resident3_max")
 				b.ReportMetric(float64(most)/float64(all), "resident3_max/total")
 			}
