@@ -101,6 +101,7 @@ type Ownership struct {
 	wg       sync.WaitGroup
 	sub      *nats.Subscription
 	sem      chan struct{}
+	serving  sync.WaitGroup // forwarded calls being served
 	abandon  atomic.Bool
 	resident atomic.Int64
 	fwdOut   atomic.Int64 // calls forwarded to another node
@@ -473,10 +474,24 @@ func (w *Ownership) Forward(ctx context.Context, id coord.Identity, call runtime
 		defer cancel()
 	}
 	// A holder that dies after taking the request never answers: give up
-	// when its lease is found stale or moves (step), not at the deadline.
+	// when its lease is found stale or moves (step), or when a probe sent
+	// every Tick while the call waits finds no one on its subject (its
+	// connection closed), not at the deadline.
 	rctx, cancel := context.WithCancel(rctx)
 	defer cancel()
 	defer context.AfterFunc(held, cancel)()
+	var probe *time.Timer
+	probe = time.AfterFunc(w.opts.Tick, func() {
+		ping := nats.NewMsg(w.subject(node))
+		ping.Header.Set(hdrOp, "ping")
+		_, err := w.st.Conn().RequestMsg(ping, w.opts.Tick)
+		if errors.Is(err, nats.ErrNoResponders) {
+			cancel()
+		} else if rctx.Err() == nil {
+			probe.Reset(w.opts.Tick)
+		}
+	})
+	defer probe.Stop()
 	reply, err := w.st.Conn().RequestMsgWithContext(rctx, m)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return nil, nil, false // the holder is gone: serve here (fenced by the store)
@@ -519,6 +534,10 @@ func (w *Ownership) Forward(ctx context.Context, id coord.Identity, call runtime
 
 // serve answers a call another node forwarded, on its own goroutine.
 func (w *Ownership) serve(m *nats.Msg) {
+	if m.Header.Get(hdrOp) == "ping" {
+		_ = m.Respond(nil)
+		return
+	}
 	select {
 	case w.sem <- struct{}{}:
 	default:
@@ -529,7 +548,9 @@ func (w *Ownership) serve(m *nats.Msg) {
 		return
 	}
 	w.fwdIn.Add(1)
+	w.serving.Add(1)
 	go func() {
+		defer w.serving.Done()
 		defer func() { <-w.sem }()
 		ctx := context.WithValue(context.Background(), forwardedKey{}, true)
 		ctx, cancel := context.WithTimeout(ctx, w.opts.ForwardTimeout)
@@ -614,6 +635,9 @@ func (w *Ownership) Stop() {
 	w.cancel()
 	w.wg.Wait()
 	_ = w.sub.Unsubscribe()
+	if !w.abandon.Load() {
+		w.serving.Wait() // answer the calls taken before the runtime closes
+	}
 	for p := range w.mine {
 		w.mine[p].Store(false)
 	}
