@@ -347,7 +347,13 @@ func (w *Ownership) step(ctx context.Context) {
 		}
 	}
 	if len(taken) > 0 {
-		w.adopt(ctx, taken)
+		// Off the loop: loading many long sessions must not hold up the
+		// renewals, or this node's leases would lapse meanwhile.
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			w.adopt(ctx, taken)
+		}()
 	}
 	w.resident.Store(int64(w.rt.Release()))
 }
