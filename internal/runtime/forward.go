@@ -11,17 +11,15 @@ import (
 type Forwarder interface {
 	// Forward serves call on the session's owner node; !served: serve it here.
 	Forward(ctx context.Context, id coord.Identity, call ForwardCall) (ack *macpv1.Ack, cerr *coord.Error, served bool)
-	// Owns reports whether this node owns the session: only an owner
-	// adopts it from the feed and fires its deadline.
+	// Owns: only a session's owner recovers it, adopts it from the feed and fires its deadline.
 	Owns(sessionID string) bool
 }
 
 // ForwardCall is one call of the runtime API: Op "send" (Env), or
 // "cancel", "suspension", "resumption" (SessionID, Reason).
 type ForwardCall struct {
-	Op                string
-	Env               *macpv1.Envelope
-	SessionID, Reason string
+	Op, SessionID, Reason string
+	Env                   *macpv1.Envelope
 }
 
 func (r *Runtime) forward(ctx context.Context, id coord.Identity, c ForwardCall) (*macpv1.Ack, *coord.Error, bool) {

@@ -147,7 +147,9 @@ func (r *Runtime) recover(ctx context.Context) error {
 			r.quarantined[info.SessionID] = info.Quarantined
 			r.log.Error("session quarantined", "session_id", info.SessionID, "reason", info.Quarantined)
 		case !info.Status.Terminal():
-			infos = append(infos, info)
+			if r.owns(info.SessionID) { // else its owner node loads it (Forwarder)
+				infos = append(infos, info)
+			}
 		default: // only List (strict) gives terminal sessions
 			terminal++
 		}
