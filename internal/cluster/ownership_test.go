@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/config"
+	"github.com/macpd/macpd/internal/coord"
 )
 
 // waitBalanced waits until the nodes live hold every partition between
@@ -72,79 +74,111 @@ func ownershipFailover(t testing.TB, kills, sessions int) []time.Duration {
 	e := newEnv(t, 3, 3)
 	e.waitBalanced(t, []int{0, 1, 2})
 	t.Logf("cluster up and balanced in %v", time.Since(t0))
-	sids := make([]string, sessions)
-	for i := range sids {
-		sids[i] = newSID()
-		if a := e.send(i%3, initID, startEnv(sids[i], "m0", 600_000)); !a.GetOk() {
-			t.Fatalf("start: %s", ackString(a))
-		}
-	}
+	// Each client moves to a new session every perSession envelopes, so
+	// that no history grows long enough to make loading it (a replay on
+	// the node that takes it) the figure.
+	const perSession = 200
 	type accepted struct {
 		at    time.Time
 		entry int
+		sid   string
 	}
 	var mu sync.Mutex
-	acks := make([][]accepted, sessions)
-	acked := make([][]string, sessions)
+	current := make([]string, sessions) // each client's session now
+	var acks []accepted
+	acked := map[string][]string{} // session -> acknowledged message ids
+	// definite sends env through node first, then the next ones, until
+	// the answer is definite; the node that accepted it, or -1 when
+	// refused.
+	definite := func(first int, who string, env func() *macpv1.Envelope) (int, bool) {
+		for attempt := 0; ; attempt++ {
+			n := (first + attempt) % 3
+			a := e.send(n, coord.Identity{Sender: who}, env())
+			if a.GetOk() {
+				return n, true
+			}
+			if a != nil && a.GetError().GetCode() != "INTERNAL_ERROR" {
+				t.Errorf("through node %d: %s", n, ackString(a))
+				return -1, false
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for si, sid := range sids {
+	for si := range sessions {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var sid string
 			for k := 0; ; k++ {
 				select {
 				case <-stop:
 					return
 				default:
 				}
-				id := fmt.Sprintf("p%d", k)
-				for attempt := 0; ; attempt++ {
-					n := (si + k + attempt) % 3
-					a := e.send(n, aliceID, proposalEnv(sid, id))
-					if a.GetOk() {
-						mu.Lock()
-						acks[si] = append(acks[si], accepted{time.Now(), n})
-						acked[si] = append(acked[si], id)
-						mu.Unlock()
-						break
-					}
-					if a != nil && a.GetError().GetCode() != "INTERNAL_ERROR" {
-						t.Errorf("session %d %s through node %d: %s", si, id, n, ackString(a))
+				if k%perSession == 0 {
+					next := newSID()
+					if _, ok := definite(si+k, initID.Sender, func() *macpv1.Envelope { return startEnv(next, "m0", 600_000) }); !ok {
 						return
 					}
-					time.Sleep(5 * time.Millisecond)
+					sid = next
+					mu.Lock()
+					current[si] = sid
+					mu.Unlock()
 				}
+				id := fmt.Sprintf("p%d", k)
+				n, ok := definite(si+k, aliceID.Sender, func() *macpv1.Envelope { return proposalEnv(sid, id) })
+				if !ok {
+					return
+				}
+				mu.Lock()
+				acks = append(acks, accepted{time.Now(), n, sid})
+				acked[sid] = append(acked[sid], id)
+				mu.Unlock()
 			}
 		}()
+	}
+	for {
+		mu.Lock()
+		started := !slices.Contains(current, "")
+		mu.Unlock()
+		if started {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	var times []time.Duration
 	for kill := 0; kill < kills; kill++ {
 		time.Sleep(300 * time.Millisecond)
-		victim := e.ownerOf(sids[kill%sessions])
+		mu.Lock()
+		now := slices.Clone(current)
+		mu.Unlock()
+		victim := e.ownerOf(now[kill%sessions])
 		if victim < 0 {
-			t.Fatalf("kill %d: no owner of session %d", kill, kill%sessions)
+			t.Fatalf("kill %d: no owner of session %s", kill, now[kill%sessions])
 		}
-		var affected []int
-		for si, sid := range sids {
+		affected := map[string]bool{}
+		for _, sid := range now {
 			if e.ownerOf(sid) == victim {
-				affected = append(affected, si)
+				affected[sid] = true
 			}
 		}
-		t0 := time.Now()
+		mu.Lock()
+		from := len(acks)
+		mu.Unlock()
+		tk := time.Now()
 		e.kill(victim)
 		var took time.Duration
 		for took == 0 {
-			if time.Since(t0) > 60*time.Second {
+			if time.Since(tk) > 60*time.Second {
 				t.Fatalf("kill %d: no envelope of the victim's sessions accepted for 60 s", kill)
 			}
 			time.Sleep(time.Millisecond)
 			mu.Lock()
-			for _, si := range affected {
-				for _, a := range acks[si] {
-					if a.at.After(t0) && a.entry != victim && (took == 0 || a.at.Sub(t0) < took) {
-						took = a.at.Sub(t0)
-					}
+			for _, a := range acks[from:] {
+				if affected[a.sid] && a.at.After(tk) && a.entry != victim && (took == 0 || a.at.Sub(tk) < took) {
+					took = a.at.Sub(tk)
 				}
 			}
 			mu.Unlock()
@@ -162,12 +196,12 @@ func ownershipFailover(t testing.TB, kills, sessions int) []time.Duration {
 	wg.Wait()
 	ns := e.reader()
 	total := 0
-	for si, sid := range sids {
+	for sid, ids := range acked {
 		recs := history(t, ns, sid)
 		seen := map[string]int{}
 		for i, r := range recs {
 			if r.Seq != uint64(i+1) {
-				t.Fatalf("session %d: record %d has seq %d", si, i, r.Seq)
+				t.Fatalf("session %s: record %d has seq %d", sid, i, r.Seq)
 			}
 			if r.Envelope != nil && r.Envelope.MessageType == "Proposal" {
 				seen[r.Envelope.MessageId]++
@@ -175,17 +209,17 @@ func ownershipFailover(t testing.TB, kills, sessions int) []time.Duration {
 		}
 		for id, n := range seen {
 			if n != 1 {
-				t.Errorf("session %d: %s stored %d times", si, id, n)
+				t.Errorf("session %s: %s stored %d times", sid, id, n)
 			}
 		}
-		for _, id := range acked[si] {
+		for _, id := range ids {
 			if seen[id] != 1 {
-				t.Errorf("session %d: acknowledged %s stored %d times", si, id, seen[id])
+				t.Errorf("session %s: acknowledged %s stored %d times", sid, id, seen[id])
 			}
 		}
-		total += len(acked[si])
+		total += len(ids)
 	}
-	t.Logf("%d envelopes acknowledged over %d sessions, %d owner kills", total, sessions, kills)
+	t.Logf("%d envelopes acknowledged over %d sessions, %d owner kills", total, len(acked), kills)
 	return times
 }
 
