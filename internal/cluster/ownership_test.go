@@ -169,6 +169,7 @@ func ownershipFailover(t testing.TB, kills, sessions int) []time.Duration {
 		mu.Unlock()
 		tk := time.Now()
 		e.kill(victim)
+		killed := time.Since(tk)
 		var took time.Duration
 		for took == 0 {
 			if time.Since(tk) > 60*time.Second {
@@ -184,7 +185,7 @@ func ownershipFailover(t testing.TB, kills, sessions int) []time.Duration {
 			mu.Unlock()
 		}
 		times = append(times, took)
-		t.Logf("kill %d: node %d (owner of %d sessions): next accepted after %v", kill, victim, len(affected), took)
+		t.Logf("kill %d: node %d (owner of %d sessions, Kill took %v): next accepted after %v", kill, victim, len(affected), killed, took)
 		t1 := time.Now()
 		e.startNode(victim)
 		t2 := time.Now()
