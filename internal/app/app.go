@@ -141,7 +141,12 @@ func New(cfg config.Config, log *slog.Logger) (_ *App, err error) {
 		Limits: registryLimits(cfg), // limits.go
 		Logger: log,
 	})
+	fwd, err := cl.forwarder(cfg, log) // cluster.go: MACP_CLUSTER_OWNERSHIP
+	if err != nil {
+		return nil, err
+	}
 	rt := runtime.New(st, regs, regs, runtime.Options{
+		Forwarder:                   fwd,
 		Limits:                      lim,
 		MaxOpenSessionsPerInitiator: cfg.MaxOpenSessions,
 		Rates:                       runtimeRates(cfg),    // limits.go

@@ -23,8 +23,9 @@ type clusterState struct {
 	ns    *natsstore.Store
 	after natsstore.Position
 	node  *cluster.Node
-	bus   bool        // MACP_NATS_BUS
-	bsrv  *bus.Server // the message-bus binding, when on
+	own   *cluster.Ownership // MACP_CLUSTER_OWNERSHIP=partitioned
+	bus   bool               // MACP_NATS_BUS
+	bsrv  *bus.Server        // the message-bus binding, when on
 	dlv   *bus.Deliverer
 }
 
@@ -53,6 +54,21 @@ func natsOptions(n config.NATSConfig) ([]nats.Option, error) {
 		opts = append(opts, nats.ClientCert(n.TLSCertPath, n.TLSKeyPath))
 	}
 	return opts, nil
+}
+
+// forwarder opens partitioned ownership when configured; nil otherwise.
+func (c *clusterState) forwarder(cfg config.Config, log *slog.Logger) (runtime.Forwarder, error) {
+	if c.ns == nil || cfg.NATS.Ownership == config.OwnershipShared { // "" = partitioned
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 12*cfg.NATS.Timeout)
+	defer cancel()
+	own, err := cluster.NewOwnership(ctx, c.ns, cluster.OwnershipOptions{Log: log})
+	if err != nil {
+		return nil, err
+	}
+	c.own = own
+	return own, nil
 }
 
 // openNATS opens the shared JetStream store.
@@ -95,11 +111,18 @@ func (c *clusterState) start(ctx context.Context, rt *runtime.Runtime, regs *reg
 	if c.ns == nil {
 		return nil
 	}
-	node, err := cluster.Start(ctx, c.ns, rt, regs, c.after, log)
+	node, err := cluster.Start(ctx, c.ns, rt, regs, c.after, log, c.own)
 	if err != nil {
 		return fmt.Errorf("following the shared store: %w", err)
 	}
 	c.node = node
+	if c.own != nil {
+		if err := c.own.Start(ctx, rt); err != nil {
+			node.Stop()
+			return fmt.Errorf("partitioned ownership (MACP_CLUSTER_OWNERSHIP): %w", err)
+		}
+		log.Info("partitioned ownership", "node", c.own.ID(), "partitions", c.ns.Partitions())
+	}
 	if c.bus {
 		if c.bsrv, err = bus.Serve(c.ns.Conn(), c.ns.Name(), rt, log); err != nil {
 			node.Stop()
@@ -124,6 +147,9 @@ func (c *clusterState) stop() {
 		c.bsrv.Stop()
 		c.bsrv = nil
 	}
+	if c.own != nil {
+		c.own.Stop()
+	}
 	if c.node != nil {
 		c.node.Stop()
 		c.node = nil
@@ -137,6 +163,9 @@ func (c *clusterState) stop() {
 func (a *App) Kill() {
 	a.once.Do(func() {
 		a.grpc.Stop()
+		if a.cl.own != nil {
+			a.cl.own.Abandon() // its leases expire, as after a crash
+		}
 		a.cl.stop()
 		_ = a.store.Close()
 		a.rt.Close()
@@ -156,3 +185,7 @@ func storeName(cfg config.Config) string {
 	}
 	return cfg.DataDir
 }
+
+// Ownership is the node's partitioned ownership (MACP_STORE=nats with
+// MACP_CLUSTER_OWNERSHIP=partitioned), else nil.
+func (a *App) Ownership() *cluster.Ownership { return a.cl.own }

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/macpd/macpd/internal/app"
+	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/mode/builtin"
 	"github.com/macpd/macpd/internal/policy"
@@ -109,6 +110,13 @@ func BenchmarkCluster(b *testing.B) {
 				e.mu.Unlock()
 				e.startNode(len(e.nodes) - 1)
 			}
+			if testOwnership() == config.OwnershipPartitioned {
+				live := make([]int, nodes)
+				for i := range live {
+					live[i] = i
+				}
+				e.waitBalanced(b, live)
+			}
 			var rates, raws []float64
 			var cs commitStats       // node 0's group commits in the nats1 rounds
 			var rawLat time.Duration // the raw publishes' summed latency
@@ -142,6 +150,34 @@ func BenchmarkCluster(b *testing.B) {
 				rawLat += lat
 			}
 			rate := median(rates)
+			if nodes == 3 {
+				// Sessions each node holds in memory, against all OPEN
+				// sessions: 1 when every node holds every session
+				// (shared), about 1/3 when each holds its partitions'.
+				var most, sum int
+				for i := 0; i < nodes; i++ {
+					n := e.node(i).Runtime().Release()
+					most, sum = max(most, n), sum+n
+					b.Logf("node %d holds %d sessions", i, n)
+				}
+				all := sum // each session on its owner only
+				if testOwnership() == config.OwnershipShared {
+					all = most // every session on every node
+				}
+				if testOwnership() == config.OwnershipPartitioned {
+					// The same load with each client on its session's
+					// owner: what forwarding costs.
+					owned := load(b, sessions, perSession,
+						func(_ int, sid string) { e.send(0, initiator(39), startEnv(sid, "m0", 600_000)) },
+						func(_ int, sid string, k int) bool {
+							return e.send(max(0, e.ownerOf(sid)), aliceID, proposalEnv(sid, fmt.Sprintf("p%d", k))).GetOk()
+						})
+					b.ReportMetric(owned, "nats3owner_env/s")
+					b.ReportMetric(owned/rate, "nats3owner/nats3")
+				}
+				b.ReportMetric(float64(most), "resident3_max")
+				b.ReportMetric(float64(most)/float64(all), "resident3_max/total")
+			}
 			b.ReportMetric(rate, fmt.Sprintf("nats%d_env/s", nodes))
 			b.ReportMetric(rate/pebble, fmt.Sprintf("nats%d/pebble", nodes))
 			if nodes == 1 {

@@ -7,7 +7,11 @@
 //     the runtime's recovery (natsstore.LastPosition), hands
 //     every stored message's records to runtime.ApplyStored (followers on
 //     this node see envelopes accepted on other nodes; sessions started
-//     elsewhere become resident, so their TTL is armed here too);
+//     elsewhere become resident, so their TTL is armed here too), or, with
+//     partitioned ownership (ownership.go), only to the lifecycle feed for
+//     sessions another node owns and this one does not hold;
+//   - with partitioned ownership, leases on the history partitions in the
+//     <name>_owners bucket, and calls forwarded to the owner (ownership.go);
 //   - a watch on the meta key-value bucket reloads the extension-mode and
 //     policy registries (registry.Registry.Reload) when any node changes
 //     them, once when it starts, and again after a failed reload until one
@@ -68,7 +72,10 @@ func supersedeSubject(st *natsstore.Store) string {
 // registries rt resolves modes and policies through) with registry
 // changes. A session's messages are all in one stream, so each session's
 // records reach rt in order.
-func Start(ctx context.Context, st *natsstore.Store, rt *runtime.Runtime, reg *registry.Registry, after natsstore.Position, log *slog.Logger) (*Node, error) {
+//
+// With own (partitioned ownership, ownership.go), records of sessions this
+// node neither owns nor holds only reach rt's lifecycle feed.
+func Start(ctx context.Context, st *natsstore.Store, rt *runtime.Runtime, reg *registry.Registry, after natsstore.Position, log *slog.Logger, own *Ownership) (*Node, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -113,6 +120,12 @@ func Start(ctx context.Context, st *natsstore.Store, rt *runtime.Runtime, reg *r
 			if err != nil {
 				log.Warn("undecodable history message; sessions read it from the store", "subject", m.Subject(), "err", err)
 				return
+			}
+			if own != nil && len(recs) > 0 && !own.Owns(recs[0].SessionID) {
+				if _, resident := rt.LastSeq(recs[0].SessionID); !resident {
+					lifecycleElsewhere(rt, recs)
+					return
+				}
 			}
 			rt.ApplyStored(recs)
 		})

@@ -51,7 +51,7 @@ func TestFixturesOnNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(rt.Close)
-	node, err := cluster.Start(context.Background(), ns, rt, reg, after, nil)
+	node, err := cluster.Start(context.Background(), ns, rt, reg, after, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,15 @@ import (
 // docs/cluster.md); the default is the short one CI runs.
 func soak() bool { return os.Getenv("MACP_CLUSTER_SOAK") == "1" }
 
+// testOwnership is the nodes' MACP_CLUSTER_OWNERSHIP: the default
+// (partitioned) unless MACP_TEST_OWNERSHIP says otherwise (shared).
+func testOwnership() string {
+	if v := os.Getenv("MACP_TEST_OWNERSHIP"); v != "" {
+		return v
+	}
+	return config.DefaultNATS().Ownership
+}
+
 var (
 	initID  = coord.Identity{Sender: "agent://init"}
 	aliceID = coord.Identity{Sender: "agent://alice"}
@@ -88,7 +97,7 @@ func (e *env) config() config.Config {
 	cfg.AllowInsecure = true
 	cfg.Limits.SessionStartsPerMinute = 0
 	cfg.Limits.MessagesPerMinute = 0
-	cfg.NATS = config.NATSConfig{Store: config.StoreNATS, URL: e.nats.AllURLs(), Name: "macp", Partitions: benchParts, Replicas: 3, Timeout: 2 * time.Second, Bus: e.bus}
+	cfg.NATS = config.NATSConfig{Store: config.StoreNATS, URL: e.nats.AllURLs(), Name: "macp", Partitions: benchParts, Replicas: 3, Timeout: 2 * time.Second, Bus: e.bus, Ownership: testOwnership()}
 	return cfg
 }
 
@@ -157,7 +166,7 @@ func (e *env) reader() *natsstore.Store {
 
 // history reads a session's stored records (retrying while the cluster
 // elects leaders).
-func history(t *testing.T, ns *natsstore.Store, sid string) []session.Record {
+func history(t testing.TB, ns *natsstore.Store, sid string) []session.Record {
 	t.Helper()
 	var recs []session.Record
 	var err error

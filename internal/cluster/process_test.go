@@ -399,7 +399,7 @@ func (m *macpdProc) start() {
 	m.t.Helper()
 	env := []string{
 		"MACP_ALLOW_INSECURE=1", "MACP_BIND_ADDR=127.0.0.1:0", "MACP_DATA_DIR=" + m.t.TempDir(),
-		"MACP_STORE=nats", "MACP_NATS_URL=" + m.natsURLs, "MACP_NATS_REPLICAS=3", "MACP_NATS_TIMEOUT_MS=2000",
+		"MACP_STORE=nats", "MACP_NATS_URL=" + m.natsURLs, "MACP_NATS_REPLICAS=3", "MACP_NATS_TIMEOUT_MS=2000", "MACP_CLUSTER_OWNERSHIP=" + testOwnership(),
 		"MACP_SESSION_START_LIMIT_PER_MINUTE=0", "MACP_MESSAGE_LIMIT_PER_MINUTE=0", "MACP_LOG_FORMAT=text",
 	}
 	deadline := time.Now().Add(90 * time.Second)

@@ -9,6 +9,12 @@ import (
 	"time"
 )
 
+// Session ownership across nodes (MACP_CLUSTER_OWNERSHIP).
+const (
+	OwnershipShared      = "shared"      // every node serves and holds every session
+	OwnershipPartitioned = "partitioned" // one owner node per history partition; calls forwarded to it
+)
+
 // Store backends (MACP_STORE).
 const (
 	StorePebble = "pebble" // embedded Pebble under MACP_DATA_DIR (default)
@@ -55,11 +61,18 @@ type NATSConfig struct {
 	// agents submit envelopes and receive accepted ones over NATS subjects
 	// (docs/cluster.md "Message-bus binding").
 	Bus bool
+	// Ownership is how nodes share sessions (MACP_CLUSTER_OWNERSHIP,
+	// --cluster-ownership): "partitioned" (the default) leases each
+	// history partition to one node, which alone holds its sessions and
+	// arms their deadlines, and the others forward calls to it; "shared"
+	// lets every node serve and hold every session (docs/cluster.md
+	// "Ownership"). "" is the default.
+	Ownership string
 }
 
 // DefaultNATS returns the NATS defaults.
 func DefaultNATS() NATSConfig {
-	return NATSConfig{Store: StorePebble, Name: "macp", Replicas: 3, Timeout: 5 * time.Second}
+	return NATSConfig{Store: StorePebble, Name: "macp", Replicas: 3, Timeout: 5 * time.Second, Ownership: OwnershipPartitioned}
 }
 
 // MaxNATSPartitions bounds MACP_NATS_PARTITIONS (natsstore.MaxPartitions).
@@ -111,6 +124,9 @@ func (c *Config) validateNATS() []error {
 	if (n.TLSCertPath == "") != (n.TLSKeyPath == "") {
 		bad("MACP_NATS_TLS_CERT_PATH and MACP_NATS_TLS_KEY_PATH must be set together")
 	}
+	if n.Ownership != "" && n.Ownership != OwnershipShared && n.Ownership != OwnershipPartitioned {
+		bad("MACP_CLUSTER_OWNERSHIP (--cluster-ownership) %q must be %q or %q", n.Ownership, OwnershipPartitioned, OwnershipShared)
+	}
 	if n.Timeout < time.Millisecond {
 		bad("MACP_NATS_TIMEOUT_MS %v must be at least 1ms", n.Timeout)
 	}
@@ -126,6 +142,7 @@ func (c *Config) natsFromEnv(lookup Env) []error {
 		"MACP_NATS_CREDS_FILE": &n.CredsFile, "MACP_NATS_NKEY_FILE": &n.NKeyFile,
 		"MACP_NATS_USER": &n.User, "MACP_NATS_PASSWORD": &n.Password, "MACP_NATS_TOKEN": &n.Token,
 		"MACP_NATS_TLS_CA_PATH": &n.TLSCAPath, "MACP_NATS_TLS_CERT_PATH": &n.TLSCertPath, "MACP_NATS_TLS_KEY_PATH": &n.TLSKeyPath,
+		"MACP_CLUSTER_OWNERSHIP": &n.Ownership,
 	} {
 		if v, ok := lookup(name); ok && v != "" {
 			*dst = v
@@ -176,6 +193,7 @@ func (c *Config) registerNATSFlags(fs *flag.FlagSet) {
 	fs.IntVar(&n.Partitions, "nats-partitions", n.Partitions, "history streams of a new deployment; 0: the recorded layout, else 8 (MACP_NATS_PARTITIONS)")
 	fs.IntVar(&n.Replicas, "nats-replicas", n.Replicas, "replicas of the stream and buckets macpd creates (MACP_NATS_REPLICAS)")
 	fs.DurationVar(&n.Timeout, "nats-timeout", n.Timeout, "bound of each JetStream request (MACP_NATS_TIMEOUT_MS)")
+	fs.StringVar(&n.Ownership, "cluster-ownership", n.Ownership, "with --store=nats: partitioned (one owner node per partition) or shared (MACP_CLUSTER_OWNERSHIP)")
 	fs.BoolVar(&n.Bus, "nats-bus", n.Bus, "serve the message-bus binding over NATS subjects (MACP_NATS_BUS)")
 	fs.StringVar(&n.CredsFile, "nats-creds-file", n.CredsFile, "NATS user credentials file, JWT and nkey seed (MACP_NATS_CREDS_FILE)")
 	fs.StringVar(&n.NKeyFile, "nats-nkey-file", n.NKeyFile, "NATS nkey seed file (MACP_NATS_NKEY_FILE)")

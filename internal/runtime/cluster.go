@@ -13,36 +13,16 @@ import (
 	"github.com/macpd/macpd/internal/store"
 )
 
-// Several nodes, one set of sessions (a shared store: natsstore; see
-// docs/cluster.md and internal/cluster).
-//
-// Mechanism: optimistic concurrency, no session ownership. Every node
-// decides on its in-memory copy of a session exactly as a single node
-// does, and appends; the shared store refuses an append that does not
-// continue the session's stored history (store.ErrConflict: another node
-// stored first). The failed append marks the owner broken as any failed
-// append does, the caller's envelope is decided again (retryShared): the
-// session is rebuilt from the store by replay (heal) and admission runs
-// on the stored history, so dedup by message_id, the at-most-once
-// resolution and the TTL expiry are all decided by what the store holds.
-// A request that was queued behind the refused one (errLost) is retried
-// the same way. Nothing is acknowledged before the store acknowledged it.
-//
-// Keeping copies current: the cluster watcher (internal/cluster) feeds
-// every record stored by any node to ApplyStored, which applies records
-// that continue a resident session's copy, publishes its lifecycle
-// events, wakes its followers, and adopts sessions started elsewhere (so
-// every node knows every OPEN session and arms its deadline; the first
-// node to store the expiry wins, the others' expiry appends conflict).
-// A copy that cannot take the records (it has appends in flight, or it
-// missed some) is caught up a moment later from the store.
-//
-// Cost of a hot session written through several nodes: every conflict is
-// one refused append plus a replay of the session's whole history on the
-// losing node, and the losing envelope's latency doubles or worse; under
-// sustained contention throughput falls below that of one node
-// (docs/benchmarks.md). Route a session's writers to one node where
-// possible.
+// Several nodes, one set of sessions (a shared store: natsstore;
+// docs/cluster.md "How acceptance is established" and "Ownership"). Every
+// node decides on its copy of a session as one node does and appends; the
+// store refuses an append that does not continue the stored history
+// (store.ErrConflict), and the loser decides again on the rebuilt copy
+// (retryShared, heal), so dedup, the single resolution and the expiry are
+// decided by what the store holds. The cluster feed hands every stored
+// record to ApplyStored, which keeps resident copies current, wakes their
+// followers and adopts sessions started elsewhere; with a Forwarder
+// (partitioned ownership, forward.go) only the owner adopts them.
 
 // maxSharedRetries bounds how often one call is decided again after
 // losing to another node.
@@ -59,9 +39,8 @@ func (r *Runtime) sharedRetry(err error) bool {
 	return r.shared.Load() && (errors.Is(err, store.ErrConflict) || errors.Is(err, errLost))
 }
 
-// retryShared runs once until it does not ask for a retry, at most
-// maxSharedRetries times, with a short random pause between attempts (two
-// nodes racing on one session would otherwise collide again).
+// retryShared runs once until it does not ask for a retry (at most
+// maxSharedRetries times, with a short random pause).
 func (r *Runtime) retryShared(ctx context.Context, once func() (*macpv1.Ack, bool)) *macpv1.Ack {
 	for attempt := 0; ; attempt++ {
 		ack, retry := once()
@@ -80,9 +59,8 @@ func (r *Runtime) retryShared(ctx context.Context, once func() (*macpv1.Ack, boo
 	}
 }
 
-// ApplyStored takes records of one session, in order, that a node (this
-// one or another) stored: the cluster watcher's feed. Records the
-// session's copy already has are skipped.
+// ApplyStored takes records of one session, in order, that a node stored
+// (the cluster feed); records the copy already has are skipped.
 func (r *Runtime) ApplyStored(recs []session.Record) {
 	if len(recs) == 0 || r.closing.Load() {
 		return
@@ -90,7 +68,7 @@ func (r *Runtime) ApplyStored(recs []session.Record) {
 	id := recs[0].SessionID
 	o := r.lookup(id)
 	if o == nil {
-		if recs[0].Seq != 1 {
+		if recs[0].Seq != 1 || !r.owns(id) {
 			return // not resident: loaded from the store when asked for
 		}
 		s, err := replay.Records(recs, r.replayOptions(0))
@@ -98,8 +76,7 @@ func (r *Runtime) ApplyStored(recs []session.Record) {
 			r.log.Warn("session stored by another node does not replay here; loaded on demand", "session_id", id, "err", err)
 			return
 		}
-		// The events are built before the session is shared (adopt makes
-		// it visible to callers that step it).
+		// The events are built before adopt shares the session.
 		now := r.nowMs()
 		events := []LifecycleEvent{{Type: macpv1.SessionLifecycleEvent_EVENT_TYPE_CREATED, Session: s.Metadata(), ObservedMs: now}}
 		if s.Status.Terminal() {
@@ -121,8 +98,7 @@ func (r *Runtime) ApplyStored(recs []session.Record) {
 	}
 }
 
-// applyToOwner applies recs to o's copy if they continue it and nothing of
-// o is in flight; false: o must be caught up from the store.
+// applyToOwner applies recs continuing o's idle copy; false: catch o up.
 func (r *Runtime) applyToOwner(o *owner, recs []session.Record) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -139,8 +115,7 @@ func (r *Runtime) applyToOwner(o *owner, recs []session.Record) bool {
 	if i == len(recs) {
 		return true // this copy has them (its own appends, or already applied)
 	}
-	// Beyond the durable end: this node's own appends in flight, or
-	// another node's that will refuse them; decided once they are answered.
+	// Beyond the durable end: decided once o's appends in flight are answered.
 	if busy || o.broken.Load() == o.epoch+1 || recs[i].Seq != o.sess.Seq+1 {
 		return false
 	}
@@ -169,8 +144,7 @@ func (r *Runtime) applyLocked(o *owner, recs []session.Record) bool {
 	return true
 }
 
-// storedElsewhere advances o's durable sequence to records another node
-// stored and hands them to o's followers (answeredWith without a request).
+// storedElsewhere is answeredWith for records another node stored.
 func (o *owner) storedElsewhere(recs []session.Record) {
 	o.durableMu.Lock()
 	o.durableSeq = recs[len(recs)-1].Seq
@@ -182,13 +156,8 @@ func (o *owner) storedElsewhere(recs []session.Record) {
 	o.durableMu.Unlock()
 }
 
-// catchUpLater brings o's copy up to the store once its requests in flight
-// are answered (catchUp), on its own goroutine: the feed never waits for a
-// session. A catch-up that fails (the store unreachable for a moment) is
-// tried again until it succeeds or the runtime stops, so a copy never
-// stays behind waiting for the session's next record. The goroutine is
-// tracked on the runtime's WaitGroup (Close waits for it) and its pauses
-// are timers of Options.Clock, ended early by Close.
+// catchUpLater runs catchUp on its own goroutine (tracked by r.wg, its
+// pauses on Options.Clock), retried until it succeeds or the runtime stops.
 func (r *Runtime) catchUpLater(o *owner) {
 	if r.closing.Load() {
 		return
@@ -221,9 +190,8 @@ func (r *Runtime) catchUpLater(o *owner) {
 }
 
 // catchUp brings o's copy up to the store (o.mu held) once its requests
-// in flight are answered: rebuilt by replay if it is broken (it lost a
-// conflict), else extended with the stored records it lacks; followers
-// get those records through the tail (or, after a rebuild, the store).
+// in flight are answered: extended with the records it lacks, or rebuilt
+// by replay if it is broken.
 func (r *Runtime) catchUp(ctx context.Context, o *owner) error {
 	if o.sess == nil {
 		return nil // forgotten meanwhile
@@ -243,7 +211,6 @@ func (r *Runtime) catchUp(ctx context.Context, o *owner) error {
 		if len(recs) == 0 || r.applyLocked(o, recs) {
 			return nil
 		}
-		// A record did not apply: applyLocked marked the copy broken.
 	}
 	before := o.sess.Status
 	if err := r.heal(ctx, o); err != nil {
@@ -256,14 +223,9 @@ func (r *Runtime) catchUp(ctx context.Context, o *owner) error {
 	return nil
 }
 
-// followShared runs before a follower starts (Follow): with a shared
-// store, a client may resume after a sequence number this node's copy has
-// not reached yet (it received records through another node, and this
-// node's feed lags). Follow decides where to start from the copy's last
-// durable record, so the copy is first caught up with the store; else a
-// resume after 26 on a copy that ends at 12 would start after 12 and hand
-// the client 13..26 a second time. Without a shared store, or when the
-// copy already reaches after, it costs nothing.
+// followShared catches o's copy up with the store before a follower that
+// resumes after a sequence number the copy has not reached (it received
+// records through another node): else it would get them a second time.
 func (r *Runtime) followShared(ctx context.Context, o *owner, after uint64) *coord.Error {
 	if !r.shared.Load() || o.durable() >= after {
 		return nil
@@ -279,12 +241,9 @@ func (r *Runtime) followShared(ctx context.Context, o *owner, after uint64) *coo
 }
 
 // staleCopy reports, with a shared store, whether an answer that wrote
-// nothing (a rejection, a duplicate) was decided on a copy of the session
-// (at record seen) that another node's appends have overtaken; the copy,
-// unless the feed caught it up meanwhile, is then marked for rebuilding,
-// and the caller decides again. Accepted envelopes need no
-// such check: their append is refused unless it continues the stored
-// history. It costs one store request per rejection.
+// nothing was decided on a copy (at record seen) that other nodes' appends
+// overtook; the copy is then marked for rebuilding and the caller decides
+// again (one store request per rejection).
 func (r *Runtime) staleCopy(ctx context.Context, o *owner, seen uint64) bool {
 	if !r.shared.Load() {
 		return false
@@ -302,13 +261,8 @@ func (r *Runtime) staleCopy(ctx context.Context, o *owner, seen uint64) bool {
 }
 
 // healedShared runs after heal rebuilt o from a shared store (o.mu held):
-// the rebuilt copy may end with records other nodes stored, which never
-// went through this node's tail, so durableSeq is past the tail's end.
-// The tail restarts there, holding nothing (restartAt), and the followers
-// are woken: one whose next record is at or below the new end finds no
-// slot for it and reads the store up to durableSeq, then waits for the
-// next record, which continues the restarted tail. Nothing is read here,
-// so a rebuild can never leave followers waiting behind durableSeq.
+// the tail restarts at durableSeq, holding nothing, and followers behind it
+// read the missing records from the store.
 func (r *Runtime) healedShared(_ context.Context, o *owner) {
 	if !r.shared.Load() {
 		return
@@ -322,9 +276,8 @@ func (r *Runtime) healedShared(_ context.Context, o *owner) {
 	o.durableMu.Unlock()
 }
 
-// restartAt empties the ring and moves its end to seq (at or beyond the
-// old end) without holding any record; the next append, seq+1, continues
-// it. Followers are poked. Called with owner.durableMu held, like append.
+// restartAt empties the ring and moves its end to seq; followers are
+// poked. Called with owner.durableMu held.
 func (t *followTail) restartAt(seq uint64) {
 	ring := t.ring.Load()
 	if ring == nil {

@@ -28,16 +28,16 @@
 //
 // Where things are: send.go is the write path (Send, then each step it
 // takes, top to bottom: admission, start, step, cancel, waiting for the
-// commit); commit.go the group committer; owner.go the per-session owner
-// and its rebuild; read.go the read path; timers.go the deadline heap and
-// TTL expiry; load.go loading, recovery and housekeeping; follow.go
-// followers; cluster.go the shared store (cluster feed, catch-up);
-// streams.go and hubs.go the names re-exported from packages streambudget
-// and hub. Every "now" and every timer a rule depends on (TTL expiry,
-// overdue sessions at recovery, retention and eviction, the commit-wait
-// bound, the stream stall limit, the instant a stream opened) comes from
-// Options.Clock (package clock; the wall clock unless a test injects
-// clocktest.Fake).
+// commit); commit.go the group committer; owner.go the per-session owner and
+// its rebuild; read.go the read path; timers.go the deadline heap and TTL
+// expiry; load.go loading, recovery and housekeeping; follow.go followers;
+// cluster.go the shared store (cluster feed, catch-up); forward.go the
+// Forwarder (calls served on a session's owner node); streams.go and hubs.go
+// the names re-exported from packages streambudget and hub. Every "now" and
+// every timer a rule depends on (TTL expiry, overdue sessions at recovery,
+// retention and eviction, the commit-wait bound, the stream stall limit, the
+// instant a stream opened) comes from Options.Clock (package clock; the wall
+// clock unless a test injects clocktest.Fake).
 //
 // What the runtime does not own: the registries of extension modes and
 // policies (package registry; New takes only the lookups the core

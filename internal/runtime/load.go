@@ -147,7 +147,9 @@ func (r *Runtime) recover(ctx context.Context) error {
 			r.quarantined[info.SessionID] = info.Quarantined
 			r.log.Error("session quarantined", "session_id", info.SessionID, "reason", info.Quarantined)
 		case !info.Status.Terminal():
-			infos = append(infos, info)
+			if r.owns(info.SessionID) { // else its owner node loads it (Forwarder)
+				infos = append(infos, info)
+			}
 		default: // only List (strict) gives terminal sessions
 			terminal++
 		}
@@ -257,13 +259,11 @@ func (r *Runtime) housekeeping() {
 	}
 }
 
-// evictIdle drops terminal sessions that ended more than EvictAfter ago
-// and have nothing in flight and no followers; they are reloaded from the
-// store if touched again (their dedup set included).
-func (r *Runtime) evictIdle() {
-	if r.opts.EvictAfter <= 0 {
-		return
-	}
+// evictIdle drops idle sessions (nothing in flight, no followers, not
+// broken) that ended more than EvictAfter ago or that another node owns
+// (Options.Forwarder); they are reloaded from the store if touched again
+// (their dedup set included). It returns how many stay resident.
+func (r *Runtime) evictIdle() int {
 	cutoff := r.nowMs() - r.opts.EvictAfter.Milliseconds()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -271,17 +271,17 @@ func (r *Runtime) evictIdle() {
 		if !o.mu.TryLock() {
 			continue
 		}
-		idle := o.sess != nil && o.sess.Status.Terminal() && o.sess.ClosedAtMs < cutoff && o.broken.Load() == 0
-		if idle {
-			o.durableMu.Lock()
-			idle = o.pending == 0 && o.followers == 0 && o.durableSeq == o.sess.Seq
-			o.durableMu.Unlock()
-		}
-		if idle {
+		old := r.opts.EvictAfter > 0 && o.sess != nil && o.sess.Status.Terminal() && o.sess.ClosedAtMs < cutoff
+		if (old || !r.owns(id)) && o.idle() {
 			delete(r.sessions, id)
+			if !o.sess.Status.Terminal() && r.openBy[o.initiator] > 0 {
+				r.openBy[o.initiator]--
+				r.openTotal--
+			}
 		}
 		o.mu.Unlock()
 	}
+	return len(r.sessions)
 }
 
 // purgeExpired deletes whole terminal sessions that ended more than

@@ -76,6 +76,8 @@ type Options struct {
 	// StreamBuffers bounds what streams hold for their clients
 	// (package streambudget); zero fields take streambudget.Default's values.
 	StreamBuffers streambudget.Options
+	// Forwarder, if set, serves each session on its owner node (forward.go).
+	Forwarder Forwarder
 }
 
 func (o *Options) ensureDefaults() {

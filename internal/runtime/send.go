@@ -37,6 +37,9 @@ func (r *Runtime) Send(ctx context.Context, id coord.Identity, env *macpv1.Envel
 	env.Sender = id.Sender
 	// A SessionStart without session_id gets a minted one (sessionid.go).
 	MintSessionID(env)
+	if ack, _, ok := r.forward(ctx, id, ForwardCall{Op: "send", Env: env}); ok {
+		return ack // served by the session's owner node (forward.go)
+	}
 	if cerr := r.admit(ctx, id, env); cerr != nil { // ratelimit.go: sender's rate, ambient relations
 		return nackFor(env, cerr, 0)
 	}
@@ -321,6 +324,9 @@ func nackFor(env *macpv1.Envelope, err *coord.Error, state macpv1.SessionState) 
 // (FORBIDDEN); unknown sessions are SESSION_NOT_FOUND; an already terminal
 // session is answered ok with its state.
 func (r *Runtime) Cancel(ctx context.Context, id coord.Identity, sessionID, reason string) (*macpv1.Ack, *coord.Error) {
+	if ack, cerr, ok := r.forward(ctx, id, ForwardCall{Op: "cancel", SessionID: sessionID, Reason: reason}); ok {
+		return ack, cerr
+	}
 	var cerr *coord.Error
 	ack := r.retryShared(ctx, func() (ack *macpv1.Ack, retry bool) {
 		ack, cerr, retry = r.cancelOnce(ctx, id, sessionID, reason)
@@ -382,6 +388,9 @@ func (r *Runtime) Resume(ctx context.Context, id coord.Identity, sessionID, reas
 type controlFunc func(s *session.Session, caller, reason, messageID string, nowMs int64) session.Outcome
 
 func (r *Runtime) control(ctx context.Context, id coord.Identity, sessionID, reason string, op controlFunc, what string) (*macpv1.Ack, *coord.Error) {
+	if ack, cerr, ok := r.forward(ctx, id, ForwardCall{Op: what, SessionID: sessionID, Reason: reason}); ok {
+		return ack, cerr
+	}
 	var cerr *coord.Error
 	ack := r.retryShared(ctx, func() (ack *macpv1.Ack, retry bool) {
 		ack, cerr, retry = r.controlOnce(ctx, id, sessionID, reason, op, what)

@@ -141,6 +141,10 @@ func (r *Runtime) expire(id string) {
 	if o == nil {
 		return
 	}
+	if !r.owns(id) { // another node owns it (Forwarder): its deadline fires there
+		r.retryExpiry(id)
+		return
+	}
 	o.mu.Lock()
 	if o.sess == nil {
 		o.mu.Unlock()

@@ -118,5 +118,7 @@
 // append (internal/cluster, internal/bus). Each session's messages are in
 // one stream, so each session's records arrive in order; there is no
 // order between sessions of different streams. Own tells a node's feed
-// the messages its own store value wrote.
+// the messages its own store value wrote. PartitionOf and PartitionIDs
+// name a session's partition and a partition's sessions: internal/cluster
+// leases partitions to owner nodes (MACP_CLUSTER_OWNERSHIP=partitioned).
 package natsstore

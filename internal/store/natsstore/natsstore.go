@@ -292,6 +292,26 @@ func (s *Store) partition(id string) int {
 	return int(h % uint32(s.opts.Partitions))
 }
 
+// PartitionOf is the partition (history stream index) of a session.
+func (s *Store) PartitionOf(id string) int { return s.partition(id) }
+
+// PartitionIDs returns the ids of the sessions stored in partition p.
+func (s *Store) PartitionIDs(ctx context.Context, p int) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 6*s.opts.Timeout)
+	defer cancel()
+	si, err := s.streams[p].Info(ctx, jetstream.WithSubjectFilter(s.partPrefix(p)+">"))
+	if err != nil {
+		return nil, fmt.Errorf("natsstore: list sessions of partition %d: %w", p, err)
+	}
+	var ids []string
+	for subj := range si.State.Subjects {
+		if id, ok := s.SessionOf(subj); ok {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
 func (s *Store) streamOf(id string) jetstream.Stream { return s.streams[s.partition(id)] }
 
 // retry runs fn, each attempt bounded by attempt, until it succeeds or

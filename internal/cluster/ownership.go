@@ -1,0 +1,672 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/replay"
+	"github.com/macpd/macpd/internal/runtime"
+	"github.com/macpd/macpd/internal/session"
+	"github.com/macpd/macpd/internal/store/natsstore"
+)
+
+// Partitioned ownership (MACP_CLUSTER_OWNERSHIP=partitioned;
+// docs/cluster.md "Ownership").
+//
+// The shards are the history streams (natsstore partitions, fixed for a
+// deployment). Each is leased to one node in the JetStream key-value
+// bucket <name>_owners:
+//
+//   - key m.<node>: a node's membership, rewritten every Tick by the node
+//     (a random id per process);
+//   - key p.<i>: the holder of partition i, rewritten every Tick by its
+//     holder with Update(expected revision).
+//
+// Every node watches the bucket and notes, on its own clock, when each
+// key's revision last changed. A member whose key has not changed for
+// Lease is dead. Partition i's owner should be live member i mod n
+// (members sorted by id, so every node computes the same map): that node
+// creates the key if it is absent or deleted, or takes it over with
+// Update(last revision seen) when its holder has not rewritten it for
+// Lease (one contender wins the compare-and-set); a holder whose partition
+// should go to another live node deletes its key (expecting its
+// revision), and the new node creates it at its next tick. A node that
+// stops gracefully deletes its keys at once; one that dies loses them
+// after Lease. Nothing here is needed for safety: every append is fenced
+// by the session's expected last subject sequence (natsstore), so two
+// nodes that both believe they own a partition for a moment cannot both
+// append after the same record.
+//
+// A node that takes a partition loads its OPEN sessions (runtime.Adopt
+// via Inspect, arming their deadlines); the runtime evicts idle sessions
+// of partitions it does not own (runtime.Release) at every tick. Calls on
+// a session this node does not own are forwarded to the holder over NATS
+// request/reply (Forward, subject macpd.own.fwd.<name>.<node>); the owner
+// serves them as local calls (one hop: a forwarded call is never
+// forwarded again). When no holder is known, the holder's lease is stale,
+// or no node listens on its subject (it died), the call is served here.
+
+// OwnershipOptions tune partitioned ownership; zero values take defaults.
+type OwnershipOptions struct {
+	// Tick is how often a node rewrites its keys and rebalances (500 ms).
+	Tick time.Duration
+	// Lease is how long a key may go unchanged before its node counts as
+	// dead (3 s; at least 3 Ticks).
+	Lease time.Duration
+	// ForwardTimeout bounds a forwarded call whose context has no deadline
+	// (30 s).
+	ForwardTimeout time.Duration
+	// MaxForwardsInFlight bounds the forwarded calls one node serves at
+	// once (4096); beyond, RATE_LIMITED.
+	MaxForwardsInFlight int
+	Log                 *slog.Logger
+}
+
+// Ownership is one node's part of partitioned ownership; it implements
+// runtime.Forwarder. Create it before the runtime (runtime.Options.
+// Forwarder), Start it after the runtime's recovery.
+type Ownership struct {
+	st    *natsstore.Store
+	kv    jetstream.KeyValue
+	self  string
+	parts int
+	opts  OwnershipOptions
+	mine  []atomic.Bool // partitions this node holds
+
+	mu   sync.Mutex
+	keys map[string]*keySeen
+	// hold[p] is ended when partition p's holder, as forwarded to, stops
+	// holding it or renewing it: forwarded calls waiting on it give up.
+	hold []holdCtx
+
+	rt       *runtime.Runtime
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	sub      *nats.Subscription
+	sem      chan struct{}
+	serving  sync.WaitGroup // forwarded calls being served
+	abandon  atomic.Bool
+	resident atomic.Int64
+	fwdOut   atomic.Int64 // calls forwarded to another node
+	fwdIn    atomic.Int64 // forwarded calls served here
+}
+
+type holdCtx struct {
+	node   string
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// keySeen is the last entry of a key this node saw, and when (its clock).
+type keySeen struct {
+	val  string
+	rev  uint64
+	at   time.Time
+	gone bool // deleted or purged
+}
+
+type forwardedKey struct{}
+
+// NewOwnership opens (creating if needed) the owners bucket of st's
+// deployment.
+func NewOwnership(ctx context.Context, st *natsstore.Store, opts OwnershipOptions) (*Ownership, error) {
+	if opts.Tick <= 0 {
+		opts.Tick = 500 * time.Millisecond
+	}
+	if opts.Lease < 3*opts.Tick {
+		opts.Lease = max(3*time.Second, 3*opts.Tick)
+	}
+	if opts.ForwardTimeout <= 0 {
+		opts.ForwardTimeout = 30 * time.Second
+	}
+	if opts.MaxForwardsInFlight <= 0 {
+		opts.MaxForwardsInFlight = 4096
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	kv, err := st.JetStream().CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      st.Name() + "_owners",
+		Description: "macpd partition ownership leases (internal/cluster)",
+		Storage:     jetstream.FileStorage,
+		Replicas:    st.Replicas(),
+		History:     1,
+		TTL:         time.Hour, // members and leases of nodes long gone
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ownership bucket: %w", err)
+	}
+	var nb [8]byte
+	_, _ = rand.Read(nb[:])
+	return &Ownership{
+		st: st, kv: kv, self: hex.EncodeToString(nb[:]), parts: max(1, st.Partitions()), opts: opts,
+		mine: make([]atomic.Bool, max(1, st.Partitions())), keys: map[string]*keySeen{},
+		hold: make([]holdCtx, max(1, st.Partitions())),
+		sem:  make(chan struct{}, opts.MaxForwardsInFlight),
+	}, nil
+}
+
+// Partitions is how many partitions there are.
+func (w *Ownership) Partitions() int { return w.parts }
+
+// ID is this node's id in the bucket.
+func (w *Ownership) ID() string { return w.self }
+
+// Resident is how many sessions the runtime held after the last tick.
+func (w *Ownership) Resident() int { return int(w.resident.Load()) }
+
+// Owned returns the partitions this node holds.
+func (w *Ownership) Owned() []int {
+	var out []int
+	for p := range w.mine {
+		if w.mine[p].Load() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Forwarded returns the calls this node forwarded and those it served for
+// other nodes.
+func (w *Ownership) Forwarded() (out, in int64) { return w.fwdOut.Load(), w.fwdIn.Load() }
+
+func (w *Ownership) subject(node string) string {
+	return "macpd.own.fwd." + w.st.Name() + "." + node
+}
+
+func partKey(p int) string { return "p." + strconv.Itoa(p) }
+
+// Start serves forwarded calls with rt and starts taking this node's share
+// of partitions. It returns once the bucket's current state is known.
+func (w *Ownership) Start(ctx context.Context, rt *runtime.Runtime) error {
+	w.rt = rt
+	sub, err := w.st.Conn().Subscribe(w.subject(w.self), w.serve)
+	if err != nil {
+		return err
+	}
+	w.sub = sub
+	ctx, cancel := context.WithCancel(ctx)
+	w.cancel = cancel
+	watch, err := w.kv.WatchAll(ctx)
+	if err != nil {
+		cancel()
+		_ = sub.Unsubscribe()
+		return err
+	}
+	ready := make(chan struct{})
+	w.wg.Add(2)
+	go func() {
+		defer w.wg.Done()
+		defer func() { _ = watch.Stop() }()
+		once := sync.Once{}
+		for {
+			select {
+			case e, ok := <-watch.Updates():
+				if !ok {
+					return
+				}
+				if e == nil {
+					once.Do(func() { close(ready) })
+					continue
+				}
+				w.note(e.Key(), string(e.Value()), e.Revision(), e.Operation() != jetstream.KeyValuePut)
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		w.opts.Log.Warn("the ownership bucket's state did not arrive in time; starting without it")
+	case <-ctx.Done():
+	}
+	go func() {
+		defer w.wg.Done()
+		t := time.NewTicker(w.opts.Tick)
+		defer t.Stop()
+		for {
+			w.step(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return nil
+}
+
+// note records an entry of key seen (watch) or written (this node); older
+// revisions are ignored. A partition this node believed it held and that
+// now names another node (or none) is no longer this node's.
+func (w *Ownership) note(key, val string, rev uint64, gone bool) {
+	w.mu.Lock()
+	k := w.keys[key]
+	if k == nil {
+		k = &keySeen{}
+		w.keys[key] = k
+	}
+	newer := rev > k.rev
+	if newer {
+		k.val, k.rev, k.at, k.gone = val, rev, time.Now(), gone
+	}
+	w.mu.Unlock()
+	if p, ok := strings.CutPrefix(key, "p."); ok && newer && (gone || val != w.self) {
+		if i, err := strconv.Atoi(p); err == nil && i >= 0 && i < len(w.mine) {
+			w.mine[i].Store(false)
+		}
+	}
+}
+
+// step renews this node's membership and leases, releases partitions that
+// should go to another node, takes those that should be its own, loads
+// the sessions of partitions taken and evicts those of others.
+func (w *Ownership) step(ctx context.Context) {
+	now := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, w.opts.Lease)
+	defer cancel()
+	if rev, err := w.kv.Put(rctx, "m."+w.self, []byte(w.self)); err == nil {
+		w.note("m."+w.self, w.self, rev, false)
+	} else if ctx.Err() == nil {
+		w.opts.Log.Warn("renewing cluster membership failed", "err", err)
+	}
+	w.mu.Lock()
+	live := []string{w.self}
+	for key, k := range w.keys {
+		if id, ok := strings.CutPrefix(key, "m."); ok && id != w.self && !k.gone && now.Sub(k.at) < w.opts.Lease {
+			live = append(live, id)
+		}
+	}
+	held := make([]keySeen, w.parts)
+	for p := range held {
+		if k := w.keys[partKey(p)]; k != nil {
+			held[p] = *k
+		} else {
+			held[p].gone = true
+		}
+	}
+	for p := range w.hold {
+		_, _ = w.holderLocked(p) // ends the wait of calls forwarded to a holder gone
+	}
+	w.mu.Unlock()
+	slices.Sort(live)
+	var taken []int
+	for p := range w.parts {
+		if ctx.Err() != nil {
+			return
+		}
+		want, h, key := live[p%len(live)], held[p], partKey(p)
+		var rev uint64
+		var err error
+		switch {
+		case !h.gone && h.val == w.self && want != w.self:
+			w.mine[p].Store(false)
+			if err := w.kv.Delete(rctx, key, jetstream.LastRevision(h.rev)); err != nil {
+				w.opts.Log.Debug("handing a partition over failed", "partition", p, "err", err)
+			}
+			continue
+		case !h.gone && h.val == w.self:
+			rev, err = w.kv.Update(rctx, key, []byte(w.self), h.rev)
+		case want != w.self:
+			continue
+		case h.gone:
+			rev, err = w.kv.Create(rctx, key, []byte(w.self))
+		case now.Sub(h.at) >= w.opts.Lease: // its holder stopped renewing
+			rev, err = w.kv.Update(rctx, key, []byte(w.self), h.rev)
+		default:
+			continue // its holder hands it over at its next tick
+		}
+		if err != nil {
+			if h.val == w.self {
+				w.mine[p].Store(false)
+				w.opts.Log.Warn("renewing a partition lease failed", "partition", p, "err", err)
+			}
+			continue
+		}
+		w.note(key, w.self, rev, false)
+		if !w.mine[p].Swap(true) {
+			taken = append(taken, p)
+		}
+	}
+	if len(taken) > 0 {
+		// Off the loop: loading many long sessions must not hold up the
+		// renewals, or this node's leases would lapse meanwhile.
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			w.adopt(ctx, taken)
+		}()
+	}
+	w.resident.Store(int64(w.rt.Release()))
+}
+
+// adopt loads the OPEN sessions of partitions just taken, so that their
+// deadlines are armed here, on up to 8 goroutines.
+func (w *Ownership) adopt(ctx context.Context, parts []int) {
+	t0 := time.Now()
+	ids := make(chan string)
+	var wg sync.WaitGroup
+	var loaded atomic.Int64
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range ids {
+				info, err := w.st.Info(ctx, id)
+				if err != nil || info.Status.Terminal() || info.Quarantined != "" || !w.Owns(id) {
+					continue
+				}
+				if cerr := w.rt.Inspect(ctx, id, func(*session.Session) {}); cerr != nil {
+					w.opts.Log.Warn("loading a session of a partition taken failed", "session_id", id, "err", cerr)
+					continue
+				}
+				loaded.Add(1)
+			}
+		}()
+	}
+	for _, p := range parts {
+		list, err := w.st.PartitionIDs(ctx, p)
+		if err != nil {
+			w.opts.Log.Warn("listing a partition's sessions failed; they load when asked for", "partition", p, "err", err)
+			continue
+		}
+		for _, id := range list {
+			ids <- id
+		}
+	}
+	close(ids)
+	wg.Wait()
+	w.opts.Log.Info("partitions taken: OPEN sessions loaded", "partitions", parts, "sessions", loaded.Load(), "took", time.Since(t0).Round(time.Millisecond))
+}
+
+// Owns implements runtime.Forwarder.
+func (w *Ownership) Owns(sessionID string) bool {
+	return w.mine[w.st.PartitionOf(sessionID)].Load()
+}
+
+// holder is the node to forward partition p's calls to ("": serve here)
+// and a context that ends when it no longer holds p or stops renewing.
+func (w *Ownership) holder(p int) (string, context.Context) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.holderLocked(p)
+}
+
+func (w *Ownership) holderLocked(p int) (string, context.Context) {
+	k := w.keys[partKey(p)]
+	node := ""
+	if k != nil && !k.gone && k.val != w.self && time.Since(k.at) < w.opts.Lease {
+		node = k.val
+	}
+	h := &w.hold[p]
+	if h.ctx == nil || h.node != node {
+		if h.cancel != nil {
+			h.cancel()
+		}
+		h.node = node
+		h.ctx, h.cancel = context.WithCancel(context.Background())
+	}
+	return node, h.ctx
+}
+
+// Forward headers.
+const (
+	hdrOp       = "Macp-Fwd-Op"
+	hdrIdentity = "Macp-Fwd-Identity"
+	hdrSession  = "Macp-Fwd-Session"
+	hdrReason   = "Macp-Fwd-Reason"
+	hdrErr      = "Macp-Fwd-Error" // JSON coord.Error of Cancel, Suspend, Resume
+)
+
+// Forward implements runtime.Forwarder: a call on a session another live
+// node holds is sent to it, and its answer returned.
+func (w *Ownership) Forward(ctx context.Context, id coord.Identity, call runtime.ForwardCall) (*macpv1.Ack, *coord.Error, bool) {
+	if ctx.Value(forwardedKey{}) != nil {
+		return nil, nil, false // one hop
+	}
+	sid := call.SessionID
+	if call.Env != nil {
+		if call.Env.MessageType == coord.TypeSignal || call.Env.MessageType == coord.TypeProgress {
+			return nil, nil, false
+		}
+		sid = call.Env.SessionId
+	}
+	if !coord.ValidSessionID(sid) {
+		return nil, nil, false
+	}
+	p := w.st.PartitionOf(sid)
+	if w.mine[p].Load() {
+		return nil, nil, false
+	}
+	node, held := w.holder(p)
+	if node == "" {
+		return nil, nil, false
+	}
+	idj, _ := json.Marshal(id)
+	m := nats.NewMsg(w.subject(node))
+	m.Header.Set(hdrOp, call.Op)
+	m.Header.Set(hdrIdentity, string(idj))
+	m.Header.Set(hdrSession, call.SessionID)
+	m.Header.Set(hdrReason, call.Reason)
+	if call.Env != nil {
+		b, err := proto.Marshal(call.Env)
+		if err != nil {
+			return nil, nil, false
+		}
+		m.Data = b
+	}
+	rctx := ctx
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, w.opts.ForwardTimeout)
+		defer cancel()
+	}
+	// A holder that dies after taking the request never answers: give up
+	// when its lease is found stale or moves (step), or when a probe sent
+	// every Tick while the call waits finds no one on its subject (its
+	// connection closed), not at the deadline.
+	rctx, cancel := context.WithCancel(rctx)
+	defer cancel()
+	defer context.AfterFunc(held, cancel)()
+	var probe *time.Timer
+	probe = time.AfterFunc(w.opts.Tick, func() {
+		ping := nats.NewMsg(w.subject(node))
+		ping.Header.Set(hdrOp, "ping")
+		_, err := w.st.Conn().RequestMsg(ping, w.opts.Tick)
+		if errors.Is(err, nats.ErrNoResponders) {
+			cancel()
+		} else if rctx.Err() == nil {
+			probe.Reset(w.opts.Tick)
+		}
+	})
+	defer probe.Stop()
+	reply, err := w.st.Conn().RequestMsgWithContext(rctx, m)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return nil, nil, false // the holder is gone: serve here (fenced by the store)
+	}
+	w.fwdOut.Add(1)
+	if err != nil {
+		// Unknown outcome: the owner may have stored it. A resend with the
+		// same message_id is answered as a duplicate if it did.
+		msg := "the session's owner node did not answer: " + err.Error() + "; retry"
+		if call.Env == nil {
+			return nil, coord.Errorf(coord.CodeInternalError, "%s", msg), true
+		}
+		return &macpv1.Ack{Ok: false, MessageId: call.Env.MessageId, SessionId: sid,
+			Error: &macpv1.MACPError{Code: string(coord.CodeInternalError), Message: msg, SessionId: sid, MessageId: call.Env.MessageId}}, nil, true
+	}
+	var cerr *coord.Error
+	if e := reply.Header.Get(hdrErr); e != "" {
+		cerr = &coord.Error{}
+		if json.Unmarshal([]byte(e), cerr) != nil {
+			cerr = coord.Errorf(coord.CodeInternalError, "undecodable answer of the session's owner node")
+		}
+	}
+	var ack *macpv1.Ack
+	if len(reply.Data) > 0 {
+		ack = &macpv1.Ack{}
+		if proto.Unmarshal(reply.Data, ack) != nil {
+			ack = nil
+			cerr = coord.Errorf(coord.CodeInternalError, "undecodable answer of the session's owner node")
+		}
+	}
+	if ack == nil && cerr == nil {
+		cerr = coord.Errorf(coord.CodeInternalError, "empty answer of the session's owner node")
+	}
+	if call.Env != nil && ack == nil {
+		ack = &macpv1.Ack{Ok: false, MessageId: call.Env.MessageId, SessionId: sid,
+			Error: &macpv1.MACPError{Code: string(cerr.Code), Message: cerr.Message, SessionId: sid, MessageId: call.Env.MessageId}}
+	}
+	return ack, cerr, true
+}
+
+// serve answers a call another node forwarded, on its own goroutine.
+func (w *Ownership) serve(m *nats.Msg) {
+	if m.Header.Get(hdrOp) == "ping" {
+		_ = m.Respond(nil)
+		return
+	}
+	select {
+	case w.sem <- struct{}{}:
+	default:
+		r := nats.NewMsg(m.Reply)
+		b, _ := json.Marshal(coord.Errorf(coord.CodeRateLimited, "too many forwarded calls in flight on the session's owner node"))
+		r.Header.Set(hdrErr, string(b))
+		_ = m.RespondMsg(r)
+		return
+	}
+	w.fwdIn.Add(1)
+	w.serving.Add(1)
+	go func() {
+		defer w.serving.Done()
+		defer func() { <-w.sem }()
+		ctx := context.WithValue(context.Background(), forwardedKey{}, true)
+		ctx, cancel := context.WithTimeout(ctx, w.opts.ForwardTimeout)
+		defer cancel()
+		var id coord.Identity
+		r := nats.NewMsg(m.Reply)
+		var ack *macpv1.Ack
+		var cerr *coord.Error
+		sid, reason := m.Header.Get(hdrSession), m.Header.Get(hdrReason)
+		if json.Unmarshal([]byte(m.Header.Get(hdrIdentity)), &id) != nil {
+			cerr = coord.Errorf(coord.CodeInternalError, "undecodable forwarded call")
+		} else {
+			switch m.Header.Get(hdrOp) {
+			case "send":
+				env := &macpv1.Envelope{}
+				if proto.Unmarshal(m.Data, env) != nil {
+					cerr = coord.Errorf(coord.CodeInvalidEnvelope, "undecodable envelope")
+					break
+				}
+				ack = w.rt.Send(ctx, id, env)
+			case "cancel":
+				ack, cerr = w.rt.Cancel(ctx, id, sid, reason)
+			case "suspension":
+				ack, cerr = w.rt.Suspend(ctx, id, sid, reason)
+			case "resumption":
+				ack, cerr = w.rt.Resume(ctx, id, sid, reason)
+			default:
+				cerr = coord.Errorf(coord.CodeInternalError, "unknown forwarded call %q", m.Header.Get(hdrOp))
+			}
+		}
+		if ack != nil {
+			r.Data, _ = proto.Marshal(ack)
+		}
+		if cerr != nil {
+			b, _ := json.Marshal(cerr)
+			r.Header.Set(hdrErr, string(b))
+		}
+		_ = m.RespondMsg(r)
+	}()
+}
+
+// lifecycleElsewhere publishes on rt's lifecycle feed the events of
+// records of a session this node neither owns nor holds: its start (the
+// session replayed from its first records) and its end (the last
+// record's Final metadata). Suspensions and resumptions of such sessions
+// are not published here.
+func lifecycleElsewhere(rt *runtime.Runtime, recs []session.Record) {
+	now := rt.Clock().Now().UnixMilli()
+	event := func(st session.Status, md *macpv1.SessionMetadata) {
+		t := macpv1.SessionLifecycleEvent_EVENT_TYPE_EXPIRED
+		switch st {
+		case session.Resolved:
+			t = macpv1.SessionLifecycleEvent_EVENT_TYPE_RESOLVED
+		case session.Cancelled:
+			t = macpv1.SessionLifecycleEvent_EVENT_TYPE_CANCELLED
+		}
+		rt.Lifecycle.Publish(runtime.LifecycleEvent{Type: t, Session: md, ObservedMs: now})
+	}
+	if recs[0].Seq == 1 {
+		s, err := replay.Records(recs, replay.Options{Modes: rt.ReplayModes(), Limits: rt.Limits()})
+		if err != nil {
+			return
+		}
+		rt.Lifecycle.Publish(runtime.LifecycleEvent{Type: macpv1.SessionLifecycleEvent_EVENT_TYPE_CREATED, Session: s.Metadata(), ObservedMs: now})
+		if s.Status.Terminal() {
+			event(s.Status, s.Metadata())
+		}
+		return
+	}
+	if last := recs[len(recs)-1]; last.Final != nil && last.Status.Terminal() {
+		event(last.Status, last.Final)
+	}
+}
+
+// Stop ends ownership. Unless Abandon was called, this node's leases and
+// membership are deleted first, so other nodes take its partitions at
+// their next tick instead of after Lease.
+func (w *Ownership) Stop() {
+	if w.cancel == nil {
+		return
+	}
+	w.cancel()
+	w.wg.Wait()
+	_ = w.sub.Unsubscribe()
+	if !w.abandon.Load() {
+		w.serving.Wait() // answer the calls taken before the runtime closes
+	}
+	for p := range w.mine {
+		w.mine[p].Store(false)
+	}
+	if w.abandon.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	w.mu.Lock()
+	var mine []string
+	var revs []uint64
+	for key, k := range w.keys {
+		if !k.gone && k.val == w.self {
+			mine, revs = append(mine, key), append(revs, k.rev)
+		}
+	}
+	w.mu.Unlock()
+	for i, key := range mine {
+		_ = w.kv.Delete(ctx, key, jetstream.LastRevision(revs[i]))
+	}
+}
+
+// Abandon makes Stop leave the leases to expire, as a crash would (tests).
+func (w *Ownership) Abandon() { w.abandon.Store(true) }
+
+var _ runtime.Forwarder = (*Ownership)(nil)
