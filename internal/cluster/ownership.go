@@ -433,7 +433,10 @@ const (
 	hdrIdentity = "Macp-Fwd-Identity"
 	hdrSession  = "Macp-Fwd-Session"
 	hdrReason   = "Macp-Fwd-Reason"
-	hdrErr      = "Macp-Fwd-Error" // JSON coord.Error of Cancel, Suspend, Resume
+	// hdrProfile is the forwarding node's profile: a SessionStart binds the
+	// profile of the node the client reached, not the owner's.
+	hdrProfile = "Macp-Fwd-Profile"
+	hdrErr     = "Macp-Fwd-Error" // JSON coord.Error of Cancel, Suspend, Resume
 )
 
 // Forward implements runtime.Forwarder: a call on a session another live
@@ -466,6 +469,7 @@ func (w *Ownership) Forward(ctx context.Context, id coord.Identity, call runtime
 	m.Header.Set(hdrIdentity, string(idj))
 	m.Header.Set(hdrSession, call.SessionID)
 	m.Header.Set(hdrReason, call.Reason)
+	m.Header.Set(hdrProfile, w.rt.Profile())
 	if call.Env != nil {
 		b, err := proto.Marshal(call.Env)
 		if err != nil {
@@ -576,7 +580,7 @@ func (w *Ownership) serve(m *nats.Msg) {
 					cerr = coord.Errorf(coord.CodeInvalidEnvelope, "undecodable envelope")
 					break
 				}
-				ack = w.rt.Send(ctx, id, env)
+				ack = w.rt.Send(runtime.WithStartProfile(ctx, m.Header.Get(hdrProfile)), id, env)
 			case "cancel":
 				ack, cerr = w.rt.Cancel(ctx, id, sid, reason)
 			case "suspension":

@@ -161,34 +161,39 @@ func TestCancelRacesSuspendOnce(t *testing.T) {
 // Both profiles in one shared store: node 0 binds new sessions to
 // 2026-04 and node 1 to latest; each session keeps its profile on every
 // node, so a cancel through either node ends the April session EXPIRED
-// and the latest one CANCELLED.
+// and the latest one CANCELLED, whichever node owns it.
 func TestBothProfilesInOneStream(t *testing.T) {
 	e := newEnvProfiles(t, 3, 2, false, []string{coord.ProfileApril, coord.ProfileLatest})
-	april, latest := newSID(), newSID()
-	if a := e.send(0, initID, startEnv(april, "m0", 60_000)); !a.GetOk() {
-		t.Fatalf("start on the April node: %s", ackString(a))
-	}
-	if a := e.send(1, initID, startEnv(latest, "m0", 60_000)); !a.GetOk() {
-		t.Fatalf("start on the latest node: %s", ackString(a))
-	}
-	waitState(t, e, 1, april, macpv1.SessionState_SESSION_STATE_OPEN)
-	waitState(t, e, 0, latest, macpv1.SessionState_SESSION_STATE_OPEN)
-	// Each cancelled through the node of the other profile.
-	if a, cerr := e.control(1, "cancel", initID, april); cerr != nil || !a.GetOk() {
-		t.Fatalf("cancel April session on node 1: %v %s", cerr, ackString(a))
-	}
-	if a, cerr := e.control(0, "cancel", initID, latest); cerr != nil || !a.GetOk() {
-		t.Fatalf("cancel latest session on node 0: %v %s", cerr, ackString(a))
-	}
-	for i := 0; i < 2; i++ {
-		waitState(t, e, i, april, macpv1.SessionState_SESSION_STATE_EXPIRED)
-		waitState(t, e, i, latest, macpv1.SessionState_SESSION_STATE_CANCELLED)
-	}
-	ns := e.reader()
-	for sid, want := range map[string]string{april: coord.ProfileApril, latest: coord.ProfileLatest} {
-		recs := history(t, ns, sid)
-		if got := recs[0].Start.Profile; got != want && !(want == coord.ProfileApril && got == "") {
-			t.Fatalf("session %s recorded profile %q, want %q", sid, got, want)
+	// Several pairs, so that with partitioned ownership each node owns
+	// sessions of the other's profile (a start forwarded to the owner
+	// keeps the profile of the node the client reached).
+	for k := 0; k < 6; k++ {
+		april, latest := newSID(), newSID()
+		if a := e.send(0, initID, startEnv(april, "m0", 60_000)); !a.GetOk() {
+			t.Fatalf("start on the April node: %s", ackString(a))
+		}
+		if a := e.send(1, initID, startEnv(latest, "m0", 60_000)); !a.GetOk() {
+			t.Fatalf("start on the latest node: %s", ackString(a))
+		}
+		waitState(t, e, 1, april, macpv1.SessionState_SESSION_STATE_OPEN)
+		waitState(t, e, 0, latest, macpv1.SessionState_SESSION_STATE_OPEN)
+		// Each cancelled through the node of the other profile.
+		if a, cerr := e.control(1, "cancel", initID, april); cerr != nil || !a.GetOk() {
+			t.Fatalf("cancel April session on node 1: %v %s", cerr, ackString(a))
+		}
+		if a, cerr := e.control(0, "cancel", initID, latest); cerr != nil || !a.GetOk() {
+			t.Fatalf("cancel latest session on node 0: %v %s", cerr, ackString(a))
+		}
+		for i := 0; i < 2; i++ {
+			waitState(t, e, i, april, macpv1.SessionState_SESSION_STATE_EXPIRED)
+			waitState(t, e, i, latest, macpv1.SessionState_SESSION_STATE_CANCELLED)
+		}
+		ns := e.reader()
+		for sid, want := range map[string]string{april: coord.ProfileApril, latest: coord.ProfileLatest} {
+			recs := history(t, ns, sid)
+			if got := recs[0].Start.Profile; got != want && !(want == coord.ProfileApril && got == "") {
+				t.Fatalf("session %s recorded profile %q, want %q", sid, got, want)
+			}
 		}
 	}
 }

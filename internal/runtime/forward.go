@@ -22,6 +22,15 @@ type ForwardCall struct {
 	Env                   *macpv1.Envelope
 }
 
+type startProfileKey struct{}
+
+// WithStartProfile makes a SessionStart sent with ctx bind profile p
+// instead of Options.Limits.Profile ("" = no change): a start forwarded by
+// another node keeps the profile of the node the client reached.
+func WithStartProfile(ctx context.Context, p string) context.Context {
+	return context.WithValue(ctx, startProfileKey{}, p)
+}
+
 func (r *Runtime) forward(ctx context.Context, id coord.Identity, c ForwardCall) (*macpv1.Ack, *coord.Error, bool) {
 	if r.opts.Forwarder == nil {
 		return nil, nil, false

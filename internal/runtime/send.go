@@ -90,7 +90,11 @@ func (r *Runtime) startSessionOnce(ctx context.Context, id coord.Identity, env *
 	} else if cerr.Code != coord.CodeSessionNotFound {
 		return nackFor(env, cerr, 0), false
 	}
-	s, rec, err := session.Start(env, now, r.deps())
+	deps := r.deps()
+	if p, _ := ctx.Value(startProfileKey{}).(string); p != "" { // forwarded (forward.go)
+		deps.Limits.Profile = p
+	}
+	s, rec, err := session.Start(env, now, deps)
 	if err != nil {
 		return nackFor(env, coord.AsError(err), 0), false
 	}
