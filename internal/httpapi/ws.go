@@ -38,8 +38,16 @@ import (
 // macp/send is admitted by runtime.Send like gRPC Send; its result is the
 // Ack, and a rejection is a result with ok=false and the MACPError, as on
 // gRPC. Requests
-// are handled in the order they arrive, one at a time per connection, so
-// envelopes sent on one connection are admitted in order. JSON-RPC
+// are handled in the order they arrive. A macp/send is admitted at once
+// (runtime.SendPipelined: decided and submitted for commit in arrival
+// order, so envelopes sent on one connection are accepted in that order
+// within a session) and answered once durable or refused, while the
+// connection reads on: up to WSSendWindow (64) macp/send requests may be
+// outstanding per connection (wspipe.go); with the window full the
+// connection reads nothing more until the oldest is answered. macp/send
+// answers come in admission order; other methods are answered as soon as
+// they are handled, so a response may overtake earlier macp/send answers
+// (JSON-RPC 2.0 allows any order: match responses by id). JSON-RPC
 // errors: -32700 (not JSON, invalid UTF-8), -32600, -32601, -32602 (bad
 // params, bad envelope JSON: data is the MACPError), -32000 (a MACP
 // refusal: data is the MACPError). The connection stays open after them.
@@ -86,6 +94,7 @@ type wsConn struct {
 	mu   sync.Mutex
 	subs map[string]*wsSub
 	pc   *protoConn // protocol mode (ws_session.go)
+	pipe *wsPipe    // pipelined macp/send answers (wspipe.go)
 }
 
 type wsSub struct {
@@ -133,8 +142,11 @@ func (s *Server) websocket(w http.ResponseWriter, r *http.Request) {
 	}
 	writerDone := make(chan struct{})
 	go func() { defer close(writerDone); wc.writeLoop() }()
+	wc.pipe = newWSPipe()
+	go wc.pipe.run(ctx, wc.enqueue)
 	code, reason := wc.readLoop()
 	cancel()
+	wc.pipe.stop()
 	wc.unsubscribeAll()
 	wc.pc.detachAll()
 	<-writerDone
@@ -225,8 +237,19 @@ func mustCompact(m *macpv1.MACPError) []byte {
 	return b
 }
 
+// send admits the envelope now, in arrival order (runtime.SendPipelined),
+// and leaves its answer to the connection's pipe (wspipe.go), so the read
+// loop goes on with the next message while this one is being committed.
 func (wc *wsConn) send(ctx context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
-	return wc.s.rpcSend(ctx, wc.id, req)
+	env, jerr := sendParams(req)
+	if jerr != nil {
+		return nil, jerr
+	}
+	wait := wc.s.rt.SendPipelined(ctx, wc.id, env)
+	if !wc.pipe.push(ctx, wsPending{req: req, wait: wait}) {
+		return jsonrpc.Deferred, nil // the connection ended: no answer is due
+	}
+	return jsonrpc.Deferred, nil
 }
 
 func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
