@@ -245,11 +245,8 @@ func (wc *wsConn) send(ctx context.Context, req *jsonrpc.Request) (any, *jsonrpc
 	if jerr != nil {
 		return nil, jerr
 	}
-	wait := wc.s.rt.SendPipelined(ctx, wc.id, env)
-	if !wc.pipe.push(ctx, wsPending{req: req, wait: wait}) {
-		return jsonrpc.Deferred, nil // the connection ended: no answer is due
-	}
-	return jsonrpc.Deferred, nil
+	wc.pipe.admit(ctx, req, func() func() *macpv1.Ack { return wc.s.rt.SendPipelined(ctx, wc.id, env) })
+	return jsonrpc.Deferred, nil // answered by the pipe, or the connection ended
 }
 
 func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/jsonrpc"
@@ -32,12 +33,17 @@ type wsPending struct {
 // handled, so their responses may overtake earlier macp/send answers:
 // clients match responses by id (JSON-RPC 2.0 §6 allows any order).
 type wsPipe struct {
-	queue chan wsPending // capacity WSSendWindow: the window
+	slots chan struct{}  // one per outstanding request: the window
+	queue chan wsPending // the waits, in admission order
 	done  chan struct{}
 }
 
+// wsPeakOutstanding is the most macp/send requests any connection has had
+// outstanding at once (tests check it never exceeds WSSendWindow).
+var wsPeakOutstanding atomic.Int64
+
 func newWSPipe() *wsPipe {
-	return &wsPipe{queue: make(chan wsPending, WSSendWindow), done: make(chan struct{})}
+	return &wsPipe{slots: make(chan struct{}, WSSendWindow), queue: make(chan wsPending, WSSendWindow), done: make(chan struct{})}
 }
 
 // run answers the queued requests until the queue is closed; enqueue is
@@ -46,30 +52,33 @@ func (p *wsPipe) run(ctx context.Context, enqueue func(context.Context, []byte) 
 	defer close(p.done)
 	for pd := range p.queue {
 		ack := pd.wait()
-		if ctx.Err() != nil {
-			continue // the connection ended: nobody reads the answer
+		if ctx.Err() == nil { // else the connection ended: nobody reads the answer
+			if b := jsonrpc.Reply(pd.req, ackResult(ack), nil); b != nil {
+				enqueue(ctx, b)
+			}
 		}
-		if b := jsonrpc.Reply(pd.req, ackResult(ack), nil); b != nil {
-			enqueue(ctx, b)
-		}
+		<-p.slots
 	}
 }
 
-// push queues an admitted request, waiting while the window is full; false
-// when ctx ended first (the wait is then run and dropped here).
-func (p *wsPipe) push(ctx context.Context, pd wsPending) bool {
+// admit takes a slot, waiting while the window is full, then runs send
+// (the synchronous half of runtime.SendPipelined) and queues its wait for
+// the answerer. False when ctx ended while waiting: nothing was sent.
+func (p *wsPipe) admit(ctx context.Context, req *jsonrpc.Request, send func() func() *macpv1.Ack) bool {
 	select {
-	case p.queue <- pd:
-		return true
+	case p.slots <- struct{}{}:
 	default:
+		select {
+		case p.slots <- struct{}{}:
+		case <-ctx.Done():
+			return false
+		}
 	}
-	select {
-	case p.queue <- pd:
-		return true
-	case <-ctx.Done():
-		pd.wait()
-		return false
+	if n := int64(len(p.slots)); n > wsPeakOutstanding.Load() {
+		wsPeakOutstanding.Store(n) // a high-water mark; races only lower it
 	}
+	p.queue <- wsPending{req: req, wait: send()} // never blocks: a slot is held
+	return true
 }
 
 // stop closes the queue once the read loop returned and waits for the
