@@ -180,10 +180,17 @@ func (s *Server) attach(sink rpcSink, sid string, after uint64, stateSeen bool, 
 				fw.w.Release(cost)
 			} else {
 				c := fw.queued(cost)
-				b, err := s.encodeFeed(ctx, rec.Seq, rec.Envelope, false)
 				var msg []byte
+				var err error
+				if bs, ok := sink.(interface{ binaryFeed() bool }); ok && bs.binaryFeed() {
+					msg = envelopeFrame(rec.Seq, rec.Envelope) // ws_binary.go
+				} else {
+					var b []byte
+					if b, err = s.encodeFeed(ctx, rec.Seq, rec.Envelope, false); err == nil {
+						msg = envelopeNotification(sid, rec.Seq, b)
+					}
+				}
 				if err == nil {
-					msg = envelopeNotification(sid, rec.Seq, b)
 					err = c.grow(ctx, int64(len(msg))) // what the queue holds
 				}
 				if err != nil {

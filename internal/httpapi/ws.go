@@ -95,7 +95,14 @@ type wsConn struct {
 	subs map[string]*wsSub
 	pc   *protoConn // protocol mode (ws_session.go)
 	pipe *wsPipe    // pipelined macp/send answers (wspipe.go)
+	// binary: the connection negotiated WSSubprotocolProto (ws_binary.go).
+	binary bool
 }
+
+const (
+	websocketText   = websocket.MessageText
+	websocketBinary = websocket.MessageBinary
+)
 
 type wsSub struct {
 	cancel context.CancelFunc
@@ -104,8 +111,17 @@ type wsSub struct {
 }
 
 func (s *Server) websocket(w http.ResponseWriter, r *http.Request) {
+	binaryMode, perr := negotiateSubprotocol(r)
+	if perr != nil {
+		WriteError(w, perr) // before the upgrade: 400 with the MACPError
+		return
+	}
 	id, _, authErr := s.Identify(r, true, false)
-	c, err := websocket.Accept(w, r, s.wsAcceptOptions())
+	opts := s.wsAcceptOptions()
+	if binaryMode {
+		opts.Subprotocols = []string{WSSubprotocolProto}
+	}
+	c, err := websocket.Accept(w, r, opts)
 	if err != nil {
 		return // Accept answered the handshake (e.g. 403 for a foreign origin)
 	}
@@ -128,7 +144,7 @@ func (s *Server) websocket(w http.ResponseWriter, r *http.Request) {
 	c.SetReadLimit(s.maxBody())
 	ctx, cancel := contextWithDrain(r.Context(), s.drain)
 	defer cancel()
-	wc := &wsConn{s: s, c: c, id: id, ctx: ctx, cancel: cancel, out: make(chan outMsg, wsOutQueue), subs: make(map[string]*wsSub)}
+	wc := &wsConn{s: s, c: c, id: id, ctx: ctx, cancel: cancel, out: make(chan outMsg, wsOutQueue), subs: make(map[string]*wsSub), binary: binaryMode}
 	wc.pc = s.newProtoConn(id, wc, true)
 	wc.pc.transportMode = func(sid string) bool {
 		wc.mu.Lock()
@@ -184,7 +200,11 @@ func (wc *wsConn) readLoop() (websocket.StatusCode, string) {
 			return 0, ""
 		}
 		if typ != websocket.MessageText {
-			return websocket.StatusUnsupportedData, "send JSON-RPC 2.0 requests as text messages"
+			if wc.binary {
+				wc.binaryFrame(msg) // ws_binary.go
+				continue
+			}
+			return websocket.StatusUnsupportedData, "send JSON-RPC 2.0 requests as text messages (binary frames need the " + WSSubprotocolProto + " subprotocol)"
 		}
 		if resp := d.Handle(wc.ctx, msg); resp != nil {
 			if !wc.enqueue(wc.ctx, resp) {
@@ -204,7 +224,7 @@ func (wc *wsConn) writeLoop() {
 		select {
 		case msg := <-wc.out:
 			ctx, cancel := context.WithTimeout(wc.ctx, wc.s.opts.WriteTimeout)
-			err := wc.c.Write(ctx, websocket.MessageText, msg.b)
+			err := wc.writeMsg(ctx, msg.b)
 			cancel()
 			msg.finish(err == nil)
 			if err != nil {
@@ -320,10 +340,17 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 			}
 			started <- nil
 		}, func(seq uint64, env *macpv1.Envelope, c *feedCharge) error {
-			b, err := wc.s.encodeFeed(ctx, seq, env, view)
 			var msg []byte
+			var err error
+			if wc.binary {
+				msg = envelopeFrame(seq, env) // ws_binary.go
+			} else {
+				var b []byte
+				if b, err = wc.s.encodeFeed(ctx, seq, env, view); err == nil {
+					msg = envelopeNotification(p.SessionID, seq, b)
+				}
+			}
 			if err == nil {
-				msg = envelopeNotification(p.SessionID, seq, b)
 				err = c.grow(ctx, int64(len(msg))) // what the queue holds
 			}
 			if err != nil {

@@ -23,8 +23,9 @@ const WSSendWindow = 64
 
 // wsPending is one admitted macp/send awaiting its Ack.
 type wsPending struct {
-	req  *jsonrpc.Request
-	wait func() *macpv1.Ack
+	req   *jsonrpc.Request // nil: a binary send frame
+	frame uint64           // the binary frame's id
+	wait  func() *macpv1.Ack
 }
 
 // wsPipe answers a connection's pipelined macp/send requests on one
@@ -53,7 +54,9 @@ func (p *wsPipe) run(ctx context.Context, enqueue func(context.Context, []byte) 
 	for pd := range p.queue {
 		ack := pd.wait()
 		if ctx.Err() == nil { // else the connection ended: nobody reads the answer
-			if b := jsonrpc.Reply(pd.req, ackResult(ack), nil); b != nil {
+			if pd.req == nil {
+				enqueue(ctx, appendFrame(frameAck, pd.frame, ack))
+			} else if b := jsonrpc.Reply(pd.req, ackResult(ack), nil); b != nil {
 				enqueue(ctx, b)
 			}
 		}
@@ -65,6 +68,15 @@ func (p *wsPipe) run(ctx context.Context, enqueue func(context.Context, []byte) 
 // (the synchronous half of runtime.SendPipelined) and queues its wait for
 // the answerer. False when ctx ended while waiting: nothing was sent.
 func (p *wsPipe) admit(ctx context.Context, req *jsonrpc.Request, send func() func() *macpv1.Ack) bool {
+	return p.admitPending(ctx, wsPending{req: req}, send)
+}
+
+// admitFrame is admit for a binary send frame with id.
+func (p *wsPipe) admitFrame(ctx context.Context, id uint64, send func() func() *macpv1.Ack) bool {
+	return p.admitPending(ctx, wsPending{frame: id}, send)
+}
+
+func (p *wsPipe) admitPending(ctx context.Context, pd wsPending, send func() func() *macpv1.Ack) bool {
 	select {
 	case p.slots <- struct{}{}:
 	default:
@@ -77,7 +89,8 @@ func (p *wsPipe) admit(ctx context.Context, req *jsonrpc.Request, send func() fu
 	if n := int64(len(p.slots)); n > wsPeakOutstanding.Load() {
 		wsPeakOutstanding.Store(n) // a high-water mark; races only lower it
 	}
-	p.queue <- wsPending{req: req, wait: send()} // never blocks: a slot is held
+	pd.wait = send()
+	p.queue <- pd // never blocks: a slot is held
 	return true
 }
 
