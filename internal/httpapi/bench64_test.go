@@ -30,10 +30,13 @@ const bench64 = 64
 //     waiting for its Ack;
 //   - ws64: WebSocket macp/send on 64 connections, each pipelined (the
 //     client writes without waiting; the server admits up to its window
-//     per connection and answers by id).
+//     per connection and answers by id);
+//   - wsbin64: the same with the macp.v1+proto subprotocol (protobuf send
+//     and ack frames).
 //
 // b.N envelopes per transport, in six rounds whose order rotates.
-// Reported: each rate and the ratios ws64/grpc64 and http64/grpc64.
+// Reported: each rate and the ratios ws64/grpc64, wsbin64/grpc64 and
+// http64/grpc64.
 func BenchmarkTransports64(b *testing.B) {
 	cfg := testConfig()
 	cfg.Limits.MaxConnectionsPerAddr = 1024 // 64 WebSocket and up to 128 HTTP/1.1 connections from 127.0.0.1
@@ -136,26 +139,61 @@ func BenchmarkTransports64(b *testing.B) {
 		}
 		return <-werr
 	}
+	wsbConns := make([]*websocket.Conn, bench64)
+	for i := range wsbConns {
+		wsbConns[i] = e.dialWSProto(b, "coord")
+		defer wsbConns[i].CloseNow()
+	}
+	wsbWork := func(w int, sid string, k int) error {
+		c := wsbConns[w]
+		werr := make(chan error, 1)
+		go func() {
+			for i := range k {
+				id := fmt.Sprintf("b-%d", seq.Add(1))
+				eb, _ := proto.Marshal(&macpv1.Envelope{MacpVersion: "1.0", Mode: decisionMode, MessageType: "Proposal", MessageId: id,
+					SessionId: sid, TimestampUnixMs: time.Now().UnixMilli(), Payload: payload(id)})
+				if err := c.Write(context.Background(), websocket.MessageBinary, sendFrame(uint64(i), eb)); err != nil {
+					werr <- err
+					return
+				}
+			}
+			werr <- nil
+		}()
+		for range k {
+			_, resp, err := c.Read(context.Background())
+			if err != nil {
+				return err
+			}
+			ack := &macpv1.Ack{}
+			if len(resp) < 9 || resp[0] != 0x02 || proto.Unmarshal(resp[9:], ack) != nil || !ack.Ok {
+				return fmt.Errorf("wsb: %x", resp)
+			}
+		}
+		return <-werr
+	}
 	b.ResetTimer()
 	const rounds = 6
-	var tg, th, tw time.Duration
+	var tg, th, tw, tb time.Duration
 	per := max(b.N/rounds, bench64)
 	for r := range rounds {
 		steps := []func(){
 			func() { tg += run(per, grpcWork) },
 			func() { th += run(per, httpWork) },
 			func() { tw += run(per, wsWork) },
+			func() { tb += run(per, wsbWork) },
 		}
 		for i := range steps {
-			steps[(i+r)%3]()
+			steps[(i+r)%len(steps)]()
 		}
 	}
 	b.StopTimer()
 	total := float64(per * rounds)
-	g, h, w := total/tg.Seconds(), total/th.Seconds(), total/tw.Seconds()
+	g, h, w, wb := total/tg.Seconds(), total/th.Seconds(), total/tw.Seconds(), total/tb.Seconds()
 	b.ReportMetric(g, "grpc64-env/s")
 	b.ReportMetric(h, "http64-env/s")
 	b.ReportMetric(w, "ws64-env/s")
 	b.ReportMetric(h/g, "http64/grpc64")
 	b.ReportMetric(w/g, "ws64/grpc64")
+	b.ReportMetric(wb, "wsbin64-env/s")
+	b.ReportMetric(wb/g, "wsbin64/grpc64")
 }
