@@ -11,6 +11,7 @@ import (
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/jsonscan"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -261,6 +262,43 @@ func DecodeEnvelope(b []byte) (*macpv1.Envelope, *coord.Error) {
 // protojson refuses duplicates itself). What is not an object is left to
 // DecodeEnvelope's own errors.
 func uniqueTopLevelKeys(b []byte) *coord.Error {
+	// Fast path: a scan of the names without decoding (jsonscan); the
+	// token decoder below when the scan cannot tell or there are many.
+	type name struct{ fold, k string }
+	var seen [24]name
+	n, many := 0, false
+	var cerr *coord.Error
+	ok := jsonscan.Keys(b, func(raw []byte) bool {
+		if n == len(seen) {
+			many = true
+			return false
+		}
+		k := string(raw)
+		fold := strings.ToLower(k)
+		for _, s := range seen[:n] {
+			if s.fold == fold {
+				cerr = duplicateKey(s.k, k)
+				return false
+			}
+		}
+		seen[n] = name{fold, k}
+		n++
+		return true
+	})
+	if ok && !many {
+		return cerr
+	}
+	return uniqueTopLevelKeysSlow(b)
+}
+
+func duplicateKey(prev, k string) *coord.Error {
+	if prev == k {
+		return invalid("the envelope names %q twice; send each field once", k)
+	}
+	return invalid("the envelope names %q and %q, the same field in another letter case; send each field once, in its documented spelling", prev, k)
+}
+
+func uniqueTopLevelKeysSlow(b []byte) *coord.Error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return nil
@@ -277,10 +315,7 @@ func uniqueTopLevelKeys(b []byte) *coord.Error {
 		}
 		fold := strings.ToLower(k)
 		if prev, dup := seen[fold]; dup {
-			if prev == k {
-				return invalid("the envelope names %q twice; send each field once", k)
-			}
-			return invalid("the envelope names %q and %q, the same field in another letter case; send each field once, in its documented spelling", prev, k)
+			return duplicateKey(prev, k)
 		}
 		seen[fold] = k
 		var skip json.RawMessage
