@@ -130,7 +130,7 @@ const supersededReason = "superseded: the same caller resumed this session on an
 // so that state is not sent again. reply is
 // called once, before any notification, with the outcome; on a refusal
 // it gets the error and nothing is attached.
-func (s *Server) attach(sink rpcSink, sid string, after uint64, stateSeen bool, onStart func(a *attachment, catchup bool, from uint64), onFail func(*coord.Error), onExit func(*attachment)) {
+func (s *Server) attach(sink rpcSink, sid string, after uint64, stateSeen, batch bool, onStart func(a *attachment, catchup bool, from uint64), onFail func(*coord.Error), onExit func(*attachment)) {
 	id := sink.identity()
 	ctx, cancel := context.WithCancel(sink.connCtx())
 	a := &attachment{key: attachKey{id.Sender, sid}, sink: sink, cancel: cancel, done: make(chan struct{}), last: after}
@@ -197,7 +197,11 @@ func (s *Server) attach(sink rpcSink, sid string, after uint64, stateSeen bool, 
 					c.done(false)
 					return err
 				}
-				if !sink.enqueueCharged(ctx, msg, c) {
+				if bs, ok := sink.(batchSink); ok && batch && !isFrame(msg) {
+					if !bs.enqueueBatchable(ctx, msg, c, sid) {
+						return ctx.Err()
+					}
+				} else if !sink.enqueueCharged(ctx, msg, c) {
 					return ctx.Err()
 				}
 			}
@@ -270,7 +274,11 @@ func (s *Server) attach(sink rpcSink, sid string, after uint64, stateSeen bool, 
 type protoParams struct {
 	SessionID          string          `json:"sessionId"`
 	LastSessionEventID json.RawMessage `json:"lastSessionEventId"`
-	Envelope           json.RawMessage `json:"envelope"`
+	// Batch (session/resume on a WebSocket): envelope notifications that
+	// are queued together leave as one notifications/macp/envelopes
+	// (wsbatch.go).
+	Batch    bool            `json:"batch"`
+	Envelope json.RawMessage `json:"envelope"`
 }
 
 func parseProto(req *jsonrpc.Request, needSession bool) (protoParams, *jsonrpc.Error) {

@@ -223,13 +223,36 @@ func (wc *wsConn) writeLoop() {
 	for {
 		select {
 		case msg := <-wc.out:
-			ctx, cancel := context.WithTimeout(wc.ctx, wc.s.opts.WriteTimeout)
-			err := wc.writeMsg(ctx, msg.b)
-			cancel()
-			msg.finish(err == nil)
-			if err != nil {
-				wc.cancel()
-				return
+			for {
+				var batch []outMsg
+				var next *outMsg
+				b := msg.b
+				if msg.batch != "" {
+					batch, next = wc.gather(msg) // wsbatch.go
+					if len(batch) > 1 {
+						b = batchNotification(batch)
+					}
+				}
+				ctx, cancel := context.WithTimeout(wc.ctx, wc.s.opts.WriteTimeout)
+				err := wc.writeMsg(ctx, b)
+				cancel()
+				if batch == nil {
+					msg.finish(err == nil)
+				}
+				for _, m := range batch {
+					m.finish(err == nil)
+				}
+				if err != nil {
+					if next != nil {
+						next.finish(false)
+					}
+					wc.cancel()
+					return
+				}
+				if next == nil {
+					break
+				}
+				msg = *next
 			}
 		case <-t.C():
 			go func() {
