@@ -29,7 +29,8 @@
 //	GET  /macp/policies              ListPoliciesResponse JSON
 //	GET  /.well-known/macp.json      the runtime's AgentManifest (no credentials needed)
 //	POST /macp/auth/ticket           a short-lived single-use ticket for browsers
-//	GET  /macp/ws                    WebSocket, JSON-RPC 2.0 (ws.go; protocol-mode sessions: resume.go)
+//	GET  /macp/ws                    WebSocket, JSON-RPC 2.0 (ws.go; protocol-mode sessions: resume.go);
+//	                                 pipelined macp/send (wspipe.go), the macp.v1+proto binary subprotocol (ws_binary.go)
 //	POST /macp/rpc                   JSON-RPC 2.0 over HTTP, the same methods (rpc.go)
 //	GET  /macp/rpc/stream            SSE stream of /macp/rpc notifications
 //	GET  /sessions/{id}/events?after=N  polling feed (Python SDK HttpTransportAdapter)
@@ -42,7 +43,8 @@
 // Bounds: request bodies (twice the payload limit plus 64 KiB), header
 // size, read-header and idle timeouts, per-identity stream slots and
 // per-session stream slots (the gRPC settings' values, counted separately
-// per listener), WebSocket subscriptions per connection, message size and
+// per listener), WebSocket subscriptions per connection, outstanding
+// pipelined macp/send requests per connection (WSSendWindow), message size and
 // outgoing queue, a write timeout on every streamed event, and a cap on
 // outstanding browser tickets.
 //

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -85,7 +86,7 @@ func BenchmarkResume(b *testing.B) {
 			sid := e.startSession(b, "coord", "alice")
 			e.fill(b, sid, k)
 			last := uint64(k + 1)
-			var wsT, wsbT, grpcT time.Duration
+			var wsT, wsbT, wsjT, grpcT time.Duration
 			for i := 0; i < b.N; i++ {
 				// The binary subprotocol: envelope frames (ws_binary.go).
 				cb := e.dialWSProto(b, "alice")
@@ -105,6 +106,26 @@ func BenchmarkResume(b *testing.B) {
 				}
 				wsbT += time.Since(t0)
 				_ = cb.CloseNow()
+
+				// JSON with "batch": true (wsbatch.go).
+				cj := e.dialWS(b, "alice")
+				jreq, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "session/resume", "params": map[string]any{"sessionId": sid, "lastSessionEventId": 1, "batch": true}})
+				t0 = time.Now()
+				if err := cj.Write(context.Background(), websocket.MessageText, jreq); err != nil {
+					b.Fatal(err)
+				}
+				lastID := []byte(fmt.Sprintf(`"sessionEventId":%d,`, last))
+				for {
+					_, msg, err := cj.Read(context.Background())
+					if err != nil {
+						b.Fatal(err)
+					}
+					if bytes.Contains(msg, []byte(`"notifications/macp/envelope`)) && bytes.Contains(msg, lastID) {
+						break
+					}
+				}
+				wsjT += time.Since(t0)
+				_ = cj.CloseNow()
 
 				c := e.dialWS(b, "alice")
 				req, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "session/resume", "params": map[string]any{"sessionId": sid, "lastSessionEventId": 1}})
@@ -142,6 +163,8 @@ func BenchmarkResume(b *testing.B) {
 			b.ReportMetric(float64(wsT)/float64(grpcT), "ws/grpc")
 			b.ReportMetric(float64(wsbT.Nanoseconds())/float64(b.N), "wsbin-ns/resume")
 			b.ReportMetric(float64(wsbT)/float64(grpcT), "wsbin/grpc")
+			b.ReportMetric(float64(wsjT.Nanoseconds())/float64(b.N), "wsbatch-ns/resume")
+			b.ReportMetric(float64(wsjT)/float64(grpcT), "wsbatch/grpc")
 		})
 	}
 }

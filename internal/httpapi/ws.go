@@ -34,6 +34,9 @@ import (
 //	notifications/macp/envelope {"sessionId", "sessionEventId": <sequence number>, "envelope": <Envelope JSON>}
 //	notifications/macp/end      {"sessionId", "lastSequence"}        the session is terminal, all delivered
 //	notifications/macp/error    {"sessionId", "error": <MACPError>}  the subscription failed and ended
+//	notifications/macp/envelopes {"sessionId", "envelopes": [{"sessionEventId", "envelope"}, ...]}
+//	                            queued envelope notifications in one message, for a
+//	                            session/resume with "batch": true (wsbatch.go)
 //
 // macp/send is admitted by runtime.Send like gRPC Send; its result is the
 // Ack, and a rejection is a result with ok=false and the MACPError, as on
@@ -56,7 +59,8 @@ import (
 // error (wire.CloseCode: 4000 + its HTTP status; the reason starts with
 // the code): 4401 bad or missing credentials (checked after the upgrade,
 // because browsers cannot read a refused handshake's status), 4429 too
-// many connections for the identity. Also 1003 for binary messages, 1009
+// many connections for the identity. Also 1003 for binary messages on a
+// connection without the macp.v1+proto subprotocol (ws_binary.go), 1009
 // for messages over the size limit, 1001 when macpd shuts down, 1008 when
 // the client does not read for the write timeout.
 
