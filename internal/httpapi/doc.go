@@ -5,7 +5,8 @@
 // as gRPC (bearer tokens, JWT, client certificates, dev identities), and
 // every envelope goes through runtime.Send, the same admission path as
 // gRPC Send (validation, authorization matrix, rate limits, ordering,
-// durable-before-ack). Reads use runtime.GetSession / ListSessionsPage,
+// durable-before-ack), or on a WebSocket runtime.SendPipelined, the same
+// path split as on a gRPC StreamSession. Reads use runtime.GetSession / ListSessionsPage,
 // the control routes runtime.Cancel / Suspend / Resume (the initiator
 // only, as gRPC), and every feed follows a session through
 // runtime.Follow, in one place (follow.go), so all transports share one
