@@ -23,7 +23,7 @@ import (
 // Methods:
 //
 //	macp/send        {"envelope": <Envelope JSON>}                -> <Ack JSON>
-//	macp/subscribe   {"sessionId", "afterSequence"?, "payload"?}  -> {"sessionId", "lastSequence", "resumeAfter"}
+//	macp/subscribe   {"sessionId", "afterSequence"?, "payload"?, "batch"?}  -> {"sessionId", "lastSequence", "resumeAfter"}
 //	macp/unsubscribe {"sessionId"}                                -> {"sessionId", "lastSequence"}
 //	macp/cancelSession, macp/suspendSession, macp/resumeSession
 //	                 {"sessionId", "reason"?}                     -> <Ack JSON> (resolution.go)
@@ -36,7 +36,7 @@ import (
 //	notifications/macp/error    {"sessionId", "error": <MACPError>}  the subscription failed and ended
 //	notifications/macp/envelopes {"sessionId", "envelopes": [{"sessionEventId", "envelope"}, ...]}
 //	                            queued envelope notifications in one message, for a
-//	                            session/resume with "batch": true (wsbatch.go)
+//	                            session/resume or macp/subscribe with "batch": true (wsbatch.go)
 //
 // macp/send is admitted by runtime.Send like gRPC Send; its result is the
 // Ack, and a rejection is a result with ok=false and the MACPError, as on
@@ -301,6 +301,7 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 		SessionID     string `json:"sessionId"`
 		AfterSequence uint64 `json:"afterSequence"`
 		Payload       string `json:"payload"`
+		Batch         bool   `json:"batch"` // notifications/macp/envelopes (wsbatch.go)
 	}
 	if jerr := jsonrpc.Params(req, &p); jerr != nil {
 		return nil, jerr
@@ -384,7 +385,13 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 				c.done(false)
 				return err
 			}
-			if !wc.enqueueCharged(ctx, msg, c) {
+			queued := false
+			if p.Batch && !wc.binary {
+				queued = wc.enqueueBatchable(ctx, msg, c, p.SessionID)
+			} else {
+				queued = wc.enqueueCharged(ctx, msg, c)
+			}
+			if !queued {
 				return ctx.Err()
 			}
 			wc.mu.Lock()

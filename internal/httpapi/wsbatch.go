@@ -6,8 +6,8 @@ import (
 )
 
 // Catch-up in bulk (issue 33; docs/resume.md "Batched envelope
-// notifications"): a session/resume with "batch": true on a WebSocket
-// connection lets the writer send the attachment's envelope
+// notifications"): a session/resume or macp/subscribe with "batch": true
+// on a WebSocket connection lets the writer send the attachment's envelope
 // notifications that are queued together as one message:
 //
 //	notifications/macp/envelopes {"sessionId", "envelopes": [{"sessionEventId": N, "envelope": <Envelope JSON>}, ...]}

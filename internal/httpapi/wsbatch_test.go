@@ -9,7 +9,7 @@ import (
 	"github.com/coder/websocket"
 )
 
-// Issue 33: a session/resume with "batch": true gets the missed envelopes
+// Issue 33: a session/resume (or macp/subscribe) with "batch": true gets the missed envelopes
 // in notifications/macp/envelopes when several are queued together, with
 // every sessionEventId once, in order, mixed with single notifications;
 // without it, only single notifications, as before.
@@ -18,13 +18,20 @@ func TestWebSocketResumeBatched(t *testing.T) {
 	sid := e.startSession(t, "coord", "alice")
 	const k = 2000
 	e.fill(t, sid, k)
-	for _, batch := range []bool{true, false} {
+	for _, tc := range []struct {
+		method string
+		batch  bool
+	}{{"session/resume", true}, {"session/resume", false}, {"macp/subscribe", true}} {
+		batch := tc.batch
 		c := e.dialWS(t, "alice")
 		params := map[string]any{"sessionId": sid, "lastSessionEventId": 1}
+		if tc.method == "macp/subscribe" {
+			params = map[string]any{"sessionId": sid, "afterSequence": 1}
+		}
 		if batch {
 			params["batch"] = true
 		}
-		if err := wsCall(c, 1, "session/resume", params); err != nil {
+		if err := wsCall(c, 1, tc.method, params); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(200 * time.Millisecond) // let the queue fill
@@ -76,7 +83,7 @@ func TestWebSocketResumeBatched(t *testing.T) {
 		if batch && batches == 0 {
 			t.Fatal("no batch formed with 2,000 envelopes queued")
 		}
-		t.Logf("batch=%v: %d batches", batch, batches)
+		t.Logf("%s batch=%v: %d batches", tc.method, batch, batches)
 		_ = c.Close(websocket.StatusNormalClosure, "")
 	}
 }
