@@ -171,6 +171,7 @@ func DecodeEnvelope(b []byte) (*macpv1.Envelope, *coord.Error) {
 	if fields == nil {
 		return nil, invalid("the envelope is not a JSON object (null)")
 	}
+	members := len(fields)
 	var payloadObj json.RawMessage
 	var rawPayload []byte
 	hasRaw := false
@@ -224,9 +225,15 @@ func DecodeEnvelope(b []byte) (*macpv1.Envelope, *coord.Error) {
 		}
 		tsMs, hasTS = ts.UnixMilli(), true
 	}
-	rest, err := json.Marshal(fields)
-	if err != nil {
-		return nil, invalid("the envelope JSON could not be re-read: %v", err)
+	// Only the members above are ever removed: when none was, the object
+	// is already plain proto3 JSON (checked: valid, one object, no
+	// duplicate), and protojson reads it as sent rather than re-encoded.
+	rest := b
+	if len(fields) != members {
+		var err error
+		if rest, err = json.Marshal(fields); err != nil {
+			return nil, invalid("the envelope JSON could not be re-read: %v", err)
+		}
 	}
 	env := &macpv1.Envelope{}
 	if err := in.Unmarshal(rest, env); err != nil {
