@@ -56,8 +56,8 @@ func (p *wsPipe) run(ctx context.Context, enqueue func(context.Context, []byte) 
 		if ctx.Err() == nil { // else the connection ended: nobody reads the answer
 			if pd.req == nil {
 				enqueue(ctx, appendFrame(frameAck, pd.frame, ack))
-			} else if b := jsonrpc.Reply(pd.req, ackResult(ack), nil); b != nil {
-				enqueue(ctx, b)
+			} else if !pd.req.IsNotification() {
+				enqueue(ctx, ackReply(pd.req.ID, ackResult(ack)))
 			}
 		}
 		<-p.slots
@@ -102,8 +102,21 @@ func (p *wsPipe) stop() {
 	<-p.done
 }
 
+// ackReply is the JSON-RPC response carrying ack, built directly (the
+// request's id was decoded from valid JSON, the Ack is compact JSON), as
+// jsonrpc.Reply would encode it, without another pass of encoding/json.
+func ackReply(id json.RawMessage, ack json.RawMessage) []byte {
+	const head, mid = `{"jsonrpc":"2.0","id":`, `,"result":`
+	b := make([]byte, 0, len(head)+len(id)+len(mid)+len(ack)+1)
+	b = append(b, head...)
+	b = append(b, id...)
+	b = append(b, mid...)
+	b = append(b, ack...)
+	return append(b, '}')
+}
+
 // ackResult is macp/send's result: the Ack itself (issue #14).
-func ackResult(ack *macpv1.Ack) any {
+func ackResult(ack *macpv1.Ack) json.RawMessage {
 	ab, err := wire.Compact(ack)
 	if err != nil {
 		return json.RawMessage(`{"ok":false,"error":{"code":"INTERNAL_ERROR","message":"the ack could not be encoded"}}`)
