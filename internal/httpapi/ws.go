@@ -18,7 +18,9 @@ import (
 
 // WebSocket binding (RFC-MACP-0006 §5) at /macp/ws: JSON-RPC 2.0, one
 // request, response or notification per text message, so each message
-// carries at most one envelope.
+// carries at most one envelope, except a notifications/macp/envelopes
+// batch, which a client asks for; with the macp.v1+proto subprotocol,
+// also binary protobuf frames (ws_binary.go).
 //
 // Methods:
 //
@@ -38,7 +40,7 @@ import (
 //	                            queued envelope notifications in one message, for a
 //	                            session/resume or macp/subscribe with "batch": true (wsbatch.go)
 //
-// macp/send is admitted by runtime.Send like gRPC Send; its result is the
+// macp/send is admitted like gRPC Send (runtime.SendPipelined); its result is the
 // Ack, and a rejection is a result with ok=false and the MACPError, as on
 // gRPC. Requests
 // are handled in the order they arrive. A macp/send is admitted at once
