@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/coder/websocket"
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 )
 
 // ResumeEventKind tells what a [ResumeEvent] carries.
@@ -185,7 +187,11 @@ func (s *ResumeStream) connect() (final error, retry error) {
 	if s.token != "" {
 		hdr.Set("Authorization", "Bearer "+s.token)
 	}
-	c, _, err := websocket.Dial(s.ctx, s.url, &websocket.DialOptions{HTTPHeader: hdr, HTTPClient: s.hc})
+	// Offer the binary subprotocol (docs/resume.md "Pipelining, binary
+	// frames and batched catch-up"): a macpd that speaks it delivers each
+	// envelope as a protobuf frame; one that does not answers without a
+	// subprotocol and JSON notifications follow, handled alike.
+	c, _, err := websocket.Dial(s.ctx, s.url, &websocket.DialOptions{HTTPHeader: hdr, HTTPClient: s.hc, Subprotocols: []string{wsSubprotocolProto}})
 	if err != nil {
 		return nil, err
 	}
@@ -266,13 +272,30 @@ func (s *ResumeStream) Next() (ResumeEvent, error) {
 			s.queued = nil
 			return *q, nil
 		}
-		_, b, err := s.conn.Read(s.ctx)
+		typ, b, err := s.conn.Read(s.ctx)
 		if err != nil {
 			_ = s.conn.CloseNow()
 			s.conn = nil
 			s.failures = 1
 			s.lastErr = err
 			continue
+		}
+		if typ == websocket.MessageBinary {
+			// An envelope frame: kind 0x03, the sessionEventId as a
+			// big-endian uint64, then the protobuf Envelope.
+			if len(b) < 9 || b[0] != frameEnvelope {
+				continue // not for this stream
+			}
+			seq := binary.BigEndian.Uint64(b[1:9])
+			env := &macpv1.Envelope{}
+			if err := proto.Unmarshal(b[9:], env); err != nil {
+				return ResumeEvent{}, fmt.Errorf("macp: envelope frame %d: %v", seq, err)
+			}
+			if env.GetSessionId() != s.sid || seq <= s.last.Load() {
+				continue // not for this stream, or never twice
+			}
+			s.last.Store(seq)
+			return ResumeEvent{Kind: KindEnvelope, Seq: seq, Envelope: env}, nil
 		}
 		var f rpcFrame
 		if err := json.Unmarshal(b, &f); err != nil {
@@ -330,6 +353,13 @@ func (s *ResumeStream) Next() (ResumeEvent, error) {
 		}
 	}
 }
+
+// wsSubprotocolProto is macpd's binary WebSocket subprotocol; frameEnvelope
+// the kind of its envelope frames.
+const (
+	wsSubprotocolProto      = "macp.v1+proto"
+	frameEnvelope      byte = 0x03
+)
 
 // eventID decodes a sessionEventId: N (an envelope) or N.5 (a state
 // notification, the state after envelope N); it holds N.

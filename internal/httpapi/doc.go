@@ -5,7 +5,8 @@
 // as gRPC (bearer tokens, JWT, client certificates, dev identities), and
 // every envelope goes through runtime.Send, the same admission path as
 // gRPC Send (validation, authorization matrix, rate limits, ordering,
-// durable-before-ack). Reads use runtime.GetSession / ListSessionsPage,
+// durable-before-ack), or on a WebSocket runtime.SendPipelined, the same
+// path split as on a gRPC StreamSession. Reads use runtime.GetSession / ListSessionsPage,
 // the control routes runtime.Cancel / Suspend / Resume (the initiator
 // only, as gRPC), and every feed follows a session through
 // runtime.Follow, in one place (follow.go), so all transports share one
@@ -29,7 +30,8 @@
 //	GET  /macp/policies              ListPoliciesResponse JSON
 //	GET  /.well-known/macp.json      the runtime's AgentManifest (no credentials needed)
 //	POST /macp/auth/ticket           a short-lived single-use ticket for browsers
-//	GET  /macp/ws                    WebSocket, JSON-RPC 2.0 (ws.go; protocol-mode sessions: resume.go)
+//	GET  /macp/ws                    WebSocket, JSON-RPC 2.0 (ws.go; protocol-mode sessions: resume.go);
+//	                                 pipelined macp/send (wspipe.go), the macp.v1+proto binary subprotocol (ws_binary.go)
 //	POST /macp/rpc                   JSON-RPC 2.0 over HTTP, the same methods (rpc.go)
 //	GET  /macp/rpc/stream            SSE stream of /macp/rpc notifications
 //	GET  /sessions/{id}/events?after=N  polling feed (Python SDK HttpTransportAdapter)
@@ -42,7 +44,8 @@
 // Bounds: request bodies (twice the payload limit plus 64 KiB), header
 // size, read-header and idle timeouts, per-identity stream slots and
 // per-session stream slots (the gRPC settings' values, counted separately
-// per listener), WebSocket subscriptions per connection, message size and
+// per listener), WebSocket subscriptions per connection, outstanding
+// pipelined macp/send requests per connection (WSSendWindow), message size and
 // outgoing queue, a write timeout on every streamed event, and a cap on
 // outstanding browser tickets.
 //

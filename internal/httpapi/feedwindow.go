@@ -113,6 +113,10 @@ func (c *feedCharge) done(written bool) {
 type outMsg struct {
 	b      []byte
 	charge *feedCharge
+	// batch: the session of a notifications/macp/envelope that may leave
+	// in a notifications/macp/envelopes with its neighbours (wsbatch.go);
+	// "" for every other message.
+	batch string
 }
 
 func (m outMsg) finish(written bool) {
@@ -154,10 +158,12 @@ func drainOut(out <-chan outMsg) {
 // envelope's JSON b (json.RawMessage as jsonrpc.Notify would write it,
 // built in one allocation of its exact size: a large envelope is not
 // copied again through encoding/json).
+const envelopeHead = `{"jsonrpc":"2.0","method":"` + rpcEnvelope + `","params":{"sessionId":`
+
 func envelopeNotification(sid string, seq uint64, b []byte) []byte {
 	sidJSON, _ := json.Marshal(sid)
 	const (
-		head = `{"jsonrpc":"2.0","method":"` + rpcEnvelope + `","params":{"sessionId":`
+		head = envelopeHead
 		mid  = `,"sessionEventId":`
 		env  = `,"envelope":`
 		tail = `}}`

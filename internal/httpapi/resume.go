@@ -130,7 +130,7 @@ const supersededReason = "superseded: the same caller resumed this session on an
 // so that state is not sent again. reply is
 // called once, before any notification, with the outcome; on a refusal
 // it gets the error and nothing is attached.
-func (s *Server) attach(sink rpcSink, sid string, after uint64, stateSeen bool, onStart func(a *attachment, catchup bool, from uint64), onFail func(*coord.Error), onExit func(*attachment)) {
+func (s *Server) attach(sink rpcSink, sid string, after uint64, stateSeen, batch bool, onStart func(a *attachment, catchup bool, from uint64), onFail func(*coord.Error), onExit func(*attachment)) {
 	id := sink.identity()
 	ctx, cancel := context.WithCancel(sink.connCtx())
 	a := &attachment{key: attachKey{id.Sender, sid}, sink: sink, cancel: cancel, done: make(chan struct{}), last: after}
@@ -180,17 +180,28 @@ func (s *Server) attach(sink rpcSink, sid string, after uint64, stateSeen bool, 
 				fw.w.Release(cost)
 			} else {
 				c := fw.queued(cost)
-				b, err := s.encodeFeed(ctx, rec.Seq, rec.Envelope, false)
 				var msg []byte
+				var err error
+				if bs, ok := sink.(interface{ binaryFeed() bool }); ok && bs.binaryFeed() {
+					msg = envelopeFrame(rec.Seq, rec.Envelope) // ws_binary.go
+				} else {
+					var b []byte
+					if b, err = s.encodeFeed(ctx, rec.Seq, rec.Envelope, false); err == nil {
+						msg = envelopeNotification(sid, rec.Seq, b)
+					}
+				}
 				if err == nil {
-					msg = envelopeNotification(sid, rec.Seq, b)
 					err = c.grow(ctx, int64(len(msg))) // what the queue holds
 				}
 				if err != nil {
 					c.done(false)
 					return err
 				}
-				if !sink.enqueueCharged(ctx, msg, c) {
+				if bs, ok := sink.(batchSink); ok && batch && !isFrame(msg) {
+					if !bs.enqueueBatchable(ctx, msg, c, sid) {
+						return ctx.Err()
+					}
+				} else if !sink.enqueueCharged(ctx, msg, c) {
 					return ctx.Err()
 				}
 			}
@@ -263,7 +274,11 @@ func (s *Server) attach(sink rpcSink, sid string, after uint64, stateSeen bool, 
 type protoParams struct {
 	SessionID          string          `json:"sessionId"`
 	LastSessionEventID json.RawMessage `json:"lastSessionEventId"`
-	Envelope           json.RawMessage `json:"envelope"`
+	// Batch (session/resume on a WebSocket): envelope notifications that
+	// are queued together leave as one notifications/macp/envelopes
+	// (wsbatch.go).
+	Batch    bool            `json:"batch"`
+	Envelope json.RawMessage `json:"envelope"`
 }
 
 func parseProto(req *jsonrpc.Request, needSession bool) (protoParams, *jsonrpc.Error) {

@@ -1,7 +1,9 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -84,11 +86,50 @@ func BenchmarkResume(b *testing.B) {
 			sid := e.startSession(b, "coord", "alice")
 			e.fill(b, sid, k)
 			last := uint64(k + 1)
-			var wsT, grpcT time.Duration
+			var wsT, wsbT, wsjT, grpcT time.Duration
 			for i := 0; i < b.N; i++ {
+				// The binary subprotocol: envelope frames (ws_binary.go).
+				cb := e.dialWSProto(b, "alice")
+				breq, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "session/resume", "params": map[string]any{"sessionId": sid, "lastSessionEventId": 1}})
+				t0 := time.Now()
+				if err := cb.Write(context.Background(), websocket.MessageText, breq); err != nil {
+					b.Fatal(err)
+				}
+				for {
+					typ, msg, err := cb.Read(context.Background())
+					if err != nil {
+						b.Fatal(err)
+					}
+					if typ == websocket.MessageBinary && len(msg) >= 9 && msg[0] == 0x03 && binary.BigEndian.Uint64(msg[1:9]) == last {
+						break
+					}
+				}
+				wsbT += time.Since(t0)
+				_ = cb.CloseNow()
+
+				// JSON with "batch": true (wsbatch.go).
+				cj := e.dialWS(b, "alice")
+				jreq, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "session/resume", "params": map[string]any{"sessionId": sid, "lastSessionEventId": 1, "batch": true}})
+				t0 = time.Now()
+				if err := cj.Write(context.Background(), websocket.MessageText, jreq); err != nil {
+					b.Fatal(err)
+				}
+				lastID := []byte(fmt.Sprintf(`"sessionEventId":%d,`, last))
+				for {
+					_, msg, err := cj.Read(context.Background())
+					if err != nil {
+						b.Fatal(err)
+					}
+					if bytes.Contains(msg, []byte(`"notifications/macp/envelope`)) && bytes.Contains(msg, lastID) {
+						break
+					}
+				}
+				wsjT += time.Since(t0)
+				_ = cj.CloseNow()
+
 				c := e.dialWS(b, "alice")
 				req, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "session/resume", "params": map[string]any{"sessionId": sid, "lastSessionEventId": 1}})
-				t0 := time.Now()
+				t0 = time.Now()
 				if err := c.Write(context.Background(), websocket.MessageText, req); err != nil {
 					b.Fatal(err)
 				}
@@ -120,6 +161,10 @@ func BenchmarkResume(b *testing.B) {
 			b.ReportMetric(float64(wsT.Nanoseconds())/float64(b.N), "ws-ns/resume")
 			b.ReportMetric(float64(grpcT.Nanoseconds())/float64(b.N), "grpc-ns/resume")
 			b.ReportMetric(float64(wsT)/float64(grpcT), "ws/grpc")
+			b.ReportMetric(float64(wsbT.Nanoseconds())/float64(b.N), "wsbin-ns/resume")
+			b.ReportMetric(float64(wsbT)/float64(grpcT), "wsbin/grpc")
+			b.ReportMetric(float64(wsjT.Nanoseconds())/float64(b.N), "wsbatch-ns/resume")
+			b.ReportMetric(float64(wsjT)/float64(grpcT), "wsbatch/grpc")
 		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/jsonrpc"
 	"github.com/macpd/macpd/internal/wire"
@@ -211,6 +212,15 @@ func (s *Server) rpcPost(w http.ResponseWriter, r *http.Request) {
 
 // rpcSend is macp/send: runtime.Send, the admission of gRPC Send.
 func (s *Server) rpcSend(ctx context.Context, id coord.Identity, req *jsonrpc.Request) (any, *jsonrpc.Error) {
+	env, jerr := sendParams(req)
+	if jerr != nil {
+		return nil, jerr
+	}
+	return ackResult(s.rt.Send(ctx, id, env)), nil // the result is the Ack itself (issue #14; docs/resume.md)
+}
+
+// sendParams decodes macp/send's params: {"envelope": <Envelope JSON>}.
+func sendParams(req *jsonrpc.Request) (*macpv1.Envelope, *jsonrpc.Error) {
 	var p struct {
 		Envelope json.RawMessage `json:"envelope"`
 	}
@@ -226,10 +236,5 @@ func (s *Server) rpcSend(ctx context.Context, id coord.Identity, req *jsonrpc.Re
 		e.Code = jsonrpc.CodeInvalidParams
 		return nil, e
 	}
-	ack := s.rt.Send(ctx, id, env)
-	ab, err := wire.Compact(ack)
-	if err != nil {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the ack could not be encoded"}
-	}
-	return json.RawMessage(ab), nil // the result is the Ack itself (issue #14; docs/resume.md)
+	return env, nil
 }

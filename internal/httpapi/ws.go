@@ -18,12 +18,14 @@ import (
 
 // WebSocket binding (RFC-MACP-0006 §5) at /macp/ws: JSON-RPC 2.0, one
 // request, response or notification per text message, so each message
-// carries at most one envelope.
+// carries at most one envelope, except a notifications/macp/envelopes
+// batch, which a client asks for; with the macp.v1+proto subprotocol,
+// also binary protobuf frames (ws_binary.go).
 //
 // Methods:
 //
 //	macp/send        {"envelope": <Envelope JSON>}                -> <Ack JSON>
-//	macp/subscribe   {"sessionId", "afterSequence"?, "payload"?}  -> {"sessionId", "lastSequence", "resumeAfter"}
+//	macp/subscribe   {"sessionId", "afterSequence"?, "payload"?, "batch"?}  -> {"sessionId", "lastSequence", "resumeAfter"}
 //	macp/unsubscribe {"sessionId"}                                -> {"sessionId", "lastSequence"}
 //	macp/cancelSession, macp/suspendSession, macp/resumeSession
 //	                 {"sessionId", "reason"?}                     -> <Ack JSON> (resolution.go)
@@ -34,12 +36,23 @@ import (
 //	notifications/macp/envelope {"sessionId", "sessionEventId": <sequence number>, "envelope": <Envelope JSON>}
 //	notifications/macp/end      {"sessionId", "lastSequence"}        the session is terminal, all delivered
 //	notifications/macp/error    {"sessionId", "error": <MACPError>}  the subscription failed and ended
+//	notifications/macp/envelopes {"sessionId", "envelopes": [{"sessionEventId", "envelope"}, ...]}
+//	                            queued envelope notifications in one message, for a
+//	                            session/resume or macp/subscribe with "batch": true (wsbatch.go)
 //
-// macp/send is admitted by runtime.Send like gRPC Send; its result is the
+// macp/send is admitted like gRPC Send (runtime.SendPipelined); its result is the
 // Ack, and a rejection is a result with ok=false and the MACPError, as on
 // gRPC. Requests
-// are handled in the order they arrive, one at a time per connection, so
-// envelopes sent on one connection are admitted in order. JSON-RPC
+// are handled in the order they arrive. A macp/send is admitted at once
+// (runtime.SendPipelined: decided and submitted for commit in arrival
+// order, so envelopes sent on one connection are accepted in that order
+// within a session) and answered once durable or refused, while the
+// connection reads on: up to WSSendWindow (64) macp/send requests may be
+// outstanding per connection (wspipe.go); with the window full the
+// connection reads nothing more until the oldest is answered. macp/send
+// answers come in admission order; other methods are answered as soon as
+// they are handled, so a response may overtake earlier macp/send answers
+// (JSON-RPC 2.0 allows any order: match responses by id). JSON-RPC
 // errors: -32700 (not JSON, invalid UTF-8), -32600, -32601, -32602 (bad
 // params, bad envelope JSON: data is the MACPError), -32000 (a MACP
 // refusal: data is the MACPError). The connection stays open after them.
@@ -48,7 +61,8 @@ import (
 // error (wire.CloseCode: 4000 + its HTTP status; the reason starts with
 // the code): 4401 bad or missing credentials (checked after the upgrade,
 // because browsers cannot read a refused handshake's status), 4429 too
-// many connections for the identity. Also 1003 for binary messages, 1009
+// many connections for the identity. Also 1003 for binary messages on a
+// connection without the macp.v1+proto subprotocol (ws_binary.go), 1009
 // for messages over the size limit, 1001 when macpd shuts down, 1008 when
 // the client does not read for the write timeout.
 
@@ -86,7 +100,15 @@ type wsConn struct {
 	mu   sync.Mutex
 	subs map[string]*wsSub
 	pc   *protoConn // protocol mode (ws_session.go)
+	pipe *wsPipe    // pipelined macp/send answers (wspipe.go)
+	// binary: the connection negotiated WSSubprotocolProto (ws_binary.go).
+	binary bool
 }
+
+const (
+	websocketText   = websocket.MessageText
+	websocketBinary = websocket.MessageBinary
+)
 
 type wsSub struct {
 	cancel context.CancelFunc
@@ -95,8 +117,17 @@ type wsSub struct {
 }
 
 func (s *Server) websocket(w http.ResponseWriter, r *http.Request) {
+	binaryMode, perr := negotiateSubprotocol(r)
+	if perr != nil {
+		WriteError(w, perr) // before the upgrade: 400 with the MACPError
+		return
+	}
 	id, _, authErr := s.Identify(r, true, false)
-	c, err := websocket.Accept(w, r, s.wsAcceptOptions())
+	opts := s.wsAcceptOptions()
+	if binaryMode {
+		opts.Subprotocols = []string{WSSubprotocolProto}
+	}
+	c, err := websocket.Accept(w, r, opts)
 	if err != nil {
 		return // Accept answered the handshake (e.g. 403 for a foreign origin)
 	}
@@ -119,7 +150,7 @@ func (s *Server) websocket(w http.ResponseWriter, r *http.Request) {
 	c.SetReadLimit(s.maxBody())
 	ctx, cancel := contextWithDrain(r.Context(), s.drain)
 	defer cancel()
-	wc := &wsConn{s: s, c: c, id: id, ctx: ctx, cancel: cancel, out: make(chan outMsg, wsOutQueue), subs: make(map[string]*wsSub)}
+	wc := &wsConn{s: s, c: c, id: id, ctx: ctx, cancel: cancel, out: make(chan outMsg, wsOutQueue), subs: make(map[string]*wsSub), binary: binaryMode}
 	wc.pc = s.newProtoConn(id, wc, true)
 	wc.pc.transportMode = func(sid string) bool {
 		wc.mu.Lock()
@@ -133,8 +164,11 @@ func (s *Server) websocket(w http.ResponseWriter, r *http.Request) {
 	}
 	writerDone := make(chan struct{})
 	go func() { defer close(writerDone); wc.writeLoop() }()
+	wc.pipe = newWSPipe()
+	go wc.pipe.run(ctx, wc.enqueue)
 	code, reason := wc.readLoop()
 	cancel()
+	wc.pipe.stop()
 	wc.unsubscribeAll()
 	wc.pc.detachAll()
 	<-writerDone
@@ -172,7 +206,11 @@ func (wc *wsConn) readLoop() (websocket.StatusCode, string) {
 			return 0, ""
 		}
 		if typ != websocket.MessageText {
-			return websocket.StatusUnsupportedData, "send JSON-RPC 2.0 requests as text messages"
+			if wc.binary {
+				wc.binaryFrame(msg) // ws_binary.go
+				continue
+			}
+			return websocket.StatusUnsupportedData, "send JSON-RPC 2.0 requests as text messages (binary frames need the " + WSSubprotocolProto + " subprotocol)"
 		}
 		if resp := d.Handle(wc.ctx, msg); resp != nil {
 			if !wc.enqueue(wc.ctx, resp) {
@@ -191,13 +229,36 @@ func (wc *wsConn) writeLoop() {
 	for {
 		select {
 		case msg := <-wc.out:
-			ctx, cancel := context.WithTimeout(wc.ctx, wc.s.opts.WriteTimeout)
-			err := wc.c.Write(ctx, websocket.MessageText, msg.b)
-			cancel()
-			msg.finish(err == nil)
-			if err != nil {
-				wc.cancel()
-				return
+			for {
+				var batch []outMsg
+				var next *outMsg
+				b := msg.b
+				if msg.batch != "" {
+					batch, next = wc.gather(msg) // wsbatch.go
+					if len(batch) > 1 {
+						b = batchNotification(batch)
+					}
+				}
+				ctx, cancel := context.WithTimeout(wc.ctx, wc.s.opts.WriteTimeout)
+				err := wc.writeMsg(ctx, b)
+				cancel()
+				if batch == nil {
+					msg.finish(err == nil)
+				}
+				for _, m := range batch {
+					m.finish(err == nil)
+				}
+				if err != nil {
+					if next != nil {
+						next.finish(false)
+					}
+					wc.cancel()
+					return
+				}
+				if next == nil {
+					break
+				}
+				msg = *next
 			}
 		case <-t.C():
 			go func() {
@@ -225,8 +286,16 @@ func mustCompact(m *macpv1.MACPError) []byte {
 	return b
 }
 
+// send admits the envelope now, in arrival order (runtime.SendPipelined),
+// and leaves its answer to the connection's pipe (wspipe.go), so the read
+// loop goes on with the next message while this one is being committed.
 func (wc *wsConn) send(ctx context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
-	return wc.s.rpcSend(ctx, wc.id, req)
+	env, jerr := sendParams(req)
+	if jerr != nil {
+		return nil, jerr
+	}
+	wc.pipe.admit(ctx, req, func() func() *macpv1.Ack { return wc.s.rt.SendPipelined(ctx, wc.id, env) })
+	return jsonrpc.Deferred, nil // answered by the pipe, or the connection ended
 }
 
 func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
@@ -234,6 +303,7 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 		SessionID     string `json:"sessionId"`
 		AfterSequence uint64 `json:"afterSequence"`
 		Payload       string `json:"payload"`
+		Batch         bool   `json:"batch"` // notifications/macp/envelopes (wsbatch.go)
 	}
 	if jerr := jsonrpc.Params(req, &p); jerr != nil {
 		return nil, jerr
@@ -300,17 +370,30 @@ func (wc *wsConn) subscribe(_ context.Context, req *jsonrpc.Request) (any, *json
 			}
 			started <- nil
 		}, func(seq uint64, env *macpv1.Envelope, c *feedCharge) error {
-			b, err := wc.s.encodeFeed(ctx, seq, env, view)
 			var msg []byte
+			var err error
+			if wc.binary {
+				msg = envelopeFrame(seq, env) // ws_binary.go
+			} else {
+				var b []byte
+				if b, err = wc.s.encodeFeed(ctx, seq, env, view); err == nil {
+					msg = envelopeNotification(p.SessionID, seq, b)
+				}
+			}
 			if err == nil {
-				msg = envelopeNotification(p.SessionID, seq, b)
 				err = c.grow(ctx, int64(len(msg))) // what the queue holds
 			}
 			if err != nil {
 				c.done(false)
 				return err
 			}
-			if !wc.enqueueCharged(ctx, msg, c) {
+			queued := false
+			if p.Batch && !wc.binary {
+				queued = wc.enqueueBatchable(ctx, msg, c, p.SessionID)
+			} else {
+				queued = wc.enqueueCharged(ctx, msg, c)
+			}
+			if !queued {
 				return ctx.Err()
 			}
 			wc.mu.Lock()

@@ -83,7 +83,7 @@ func mixedModeError(sid string) *jsonrpc.Error {
 }
 
 // attachHere attaches the carrier to sid after `after`.
-func (pc *protoConn) attachHere(req *jsonrpc.Request, sid string, after uint64, stateSeen bool, result func(catchup bool, from uint64) any) (any, *jsonrpc.Error) {
+func (pc *protoConn) attachHere(req *jsonrpc.Request, sid string, after uint64, stateSeen, batch bool, result func(catchup bool, from uint64) any) (any, *jsonrpc.Error) {
 	if pc.sink == nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: req.Method + " over HTTP needs a notification stream: open GET /macp/rpc/stream and send its id in the " + HeaderRPCStream + " header"}
 	}
@@ -113,7 +113,7 @@ func (pc *protoConn) attachHere(req *jsonrpc.Request, sid string, after uint64, 
 		jerr *jsonrpc.Error
 	}
 	started := make(chan outcome, 1)
-	pc.s.attach(pc.sink, sid, after, stateSeen, func(a *attachment, catchup bool, from uint64) {
+	pc.s.attach(pc.sink, sid, after, stateSeen, batch, func(a *attachment, catchup bool, from uint64) {
 		pc.mu.Lock()
 		pc.att[sid] = a
 		pc.mu.Unlock()
@@ -158,7 +158,7 @@ func (pc *protoConn) sessionStart(ctx context.Context, req *jsonrpc.Request) (an
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "session/start takes a SessionStart envelope (got message_type " + env.GetMessageType() + "); use macp/send"}
 	}
 	if pc.sink == nil {
-		return pc.attachHere(req, "", 0, false, nil) // the error naming the missing stream
+		return pc.attachHere(req, "", 0, false, false, nil) // the error naming the missing stream
 	}
 	ack := pc.s.rt.Send(ctx, pc.id, env)
 	b, err := wire.Compact(ack)
@@ -169,7 +169,7 @@ func (pc *protoConn) sessionStart(ctx context.Context, req *jsonrpc.Request) (an
 	if !ack.GetOk() {
 		return res, nil // nothing to attach to; the ack says why
 	}
-	return pc.attachHere(req, env.GetSessionId(), 0, false, func(bool, uint64) any { return res })
+	return pc.attachHere(req, env.GetSessionId(), 0, false, false, func(bool, uint64) any { return res })
 }
 
 func (pc *protoConn) sessionResume(ctx context.Context, req *jsonrpc.Request) (any, *jsonrpc.Error) {
@@ -193,7 +193,7 @@ func (pc *protoConn) sessionResume(ctx context.Context, req *jsonrpc.Request) (a
 	if !liveState(md.GetState()) { // a SUSPENDED session attaches like an OPEN one
 		return nil, pc.s.endedError(ctx, md)
 	}
-	return pc.attachHere(req, p.SessionID, after, stateSeen, func(catchup bool, from uint64) any {
+	return pc.attachHere(req, p.SessionID, after, stateSeen, p.Batch, func(catchup bool, from uint64) any {
 		return map[string]any{"resumed": true, "catchup": catchup, "sessionId": p.SessionID, "sessionEventId": from}
 	})
 }

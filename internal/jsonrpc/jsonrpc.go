@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/macpd/macpd/internal/jsonscan"
 )
 
 // Version is the only "jsonrpc" value accepted.
@@ -210,6 +212,37 @@ var requestMembers = map[string]bool{"jsonrpc": true, "id": true, "method": true
 // any name) or that occurs twice (dup). Malformed JSON returns "": the
 // decoder that follows reports it.
 func checkMembers(b []byte, allowed map[string]bool) (bad string, dup bool) {
+	// Fast path: a scan of the names without decoding (jsonscan); the
+	// token decoder below when the scan cannot tell or there are many.
+	var seen [16]string
+	n, many := 0, false
+	ok := jsonscan.Keys(b, func(raw []byte) bool {
+		if n == len(seen) {
+			many = true
+			return false
+		}
+		for _, s := range seen[:n] {
+			if s == string(raw) {
+				bad, dup = s, true
+				return false
+			}
+		}
+		name := string(raw)
+		if allowed != nil && !allowed[name] {
+			bad = name
+			return false
+		}
+		seen[n] = name
+		n++
+		return true
+	})
+	if ok && !many {
+		return bad, dup
+	}
+	return checkMembersSlow(b, allowed)
+}
+
+func checkMembersSlow(b []byte, allowed map[string]bool) (bad string, dup bool) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return "", false

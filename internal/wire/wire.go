@@ -11,6 +11,7 @@ import (
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/jsonscan"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -170,6 +171,7 @@ func DecodeEnvelope(b []byte) (*macpv1.Envelope, *coord.Error) {
 	if fields == nil {
 		return nil, invalid("the envelope is not a JSON object (null)")
 	}
+	members := len(fields)
 	var payloadObj json.RawMessage
 	var rawPayload []byte
 	hasRaw := false
@@ -223,9 +225,15 @@ func DecodeEnvelope(b []byte) (*macpv1.Envelope, *coord.Error) {
 		}
 		tsMs, hasTS = ts.UnixMilli(), true
 	}
-	rest, err := json.Marshal(fields)
-	if err != nil {
-		return nil, invalid("the envelope JSON could not be re-read: %v", err)
+	// Only the members above are ever removed: when none was, the object
+	// is already plain proto3 JSON (checked: valid, one object, no
+	// duplicate), and protojson reads it as sent rather than re-encoded.
+	rest := b
+	if len(fields) != members {
+		var err error
+		if rest, err = json.Marshal(fields); err != nil {
+			return nil, invalid("the envelope JSON could not be re-read: %v", err)
+		}
 	}
 	env := &macpv1.Envelope{}
 	if err := in.Unmarshal(rest, env); err != nil {
@@ -261,6 +269,43 @@ func DecodeEnvelope(b []byte) (*macpv1.Envelope, *coord.Error) {
 // protojson refuses duplicates itself). What is not an object is left to
 // DecodeEnvelope's own errors.
 func uniqueTopLevelKeys(b []byte) *coord.Error {
+	// Fast path: a scan of the names without decoding (jsonscan); the
+	// token decoder below when the scan cannot tell or there are many.
+	type name struct{ fold, k string }
+	var seen [24]name
+	n, many := 0, false
+	var cerr *coord.Error
+	ok := jsonscan.Keys(b, func(raw []byte) bool {
+		if n == len(seen) {
+			many = true
+			return false
+		}
+		k := string(raw)
+		fold := strings.ToLower(k)
+		for _, s := range seen[:n] {
+			if s.fold == fold {
+				cerr = duplicateKey(s.k, k)
+				return false
+			}
+		}
+		seen[n] = name{fold, k}
+		n++
+		return true
+	})
+	if ok && !many {
+		return cerr
+	}
+	return uniqueTopLevelKeysSlow(b)
+}
+
+func duplicateKey(prev, k string) *coord.Error {
+	if prev == k {
+		return invalid("the envelope names %q twice; send each field once", k)
+	}
+	return invalid("the envelope names %q and %q, the same field in another letter case; send each field once, in its documented spelling", prev, k)
+}
+
+func uniqueTopLevelKeysSlow(b []byte) *coord.Error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return nil
@@ -277,10 +322,7 @@ func uniqueTopLevelKeys(b []byte) *coord.Error {
 		}
 		fold := strings.ToLower(k)
 		if prev, dup := seen[fold]; dup {
-			if prev == k {
-				return invalid("the envelope names %q twice; send each field once", k)
-			}
-			return invalid("the envelope names %q and %q, the same field in another letter case; send each field once, in its documented spelling", prev, k)
+			return duplicateKey(prev, k)
 		}
 		seen[fold] = k
 		var skip json.RawMessage
