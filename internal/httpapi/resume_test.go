@@ -96,7 +96,7 @@ func (p *pconn) call(method string, params any) *rpcMsg {
 			p.t.Fatalf("%s: %v", method, err)
 		}
 		if m.Method != "" {
-			p.pending = append(p.pending, m)
+			p.pending = append(p.pending, unbatch(p.t, m)...)
 			continue
 		}
 		if string(m.ID) != fmt.Sprint(p.id) {
@@ -122,8 +122,46 @@ func (p *pconn) notif() *rpcMsg {
 	if m.Method == "" {
 		p.t.Fatalf("unexpected response %s", m.ID)
 	}
+	if ms := unbatch(p.t, m); len(ms) > 1 {
+		p.pending = append(ms[1:], p.pending...)
+		m = ms[0]
+	}
 	p.ids.note(p.t, m)
 	return m
+}
+
+// batchesSeen counts the batches unbatch split (the trials check that
+// batched catch-up was exercised).
+var batchesSeen atomic.Int64
+
+// unbatch splits a notifications/macp/envelopes (a "batch": true
+// attachment, wsbatch.go) into the notifications/macp/envelope messages
+// it stands for, in order; any other message is returned as it is. A
+// batch must hold at least one envelope, each of the batch's session.
+func unbatch(t testing.TB, m *rpcMsg) []*rpcMsg {
+	t.Helper()
+	if m.Method != "notifications/macp/envelopes" {
+		return []*rpcMsg{m}
+	}
+	batchesSeen.Add(1)
+	var b struct {
+		SessionID string            `json:"sessionId"`
+		Envelopes []json.RawMessage `json:"envelopes"`
+	}
+	if err := json.Unmarshal(m.Params, &b); err != nil || len(b.Envelopes) == 0 || b.SessionID == "" {
+		t.Fatalf("malformed batch: %v %s", err, m.Params)
+	}
+	out := make([]*rpcMsg, 0, len(b.Envelopes))
+	for _, item := range b.Envelopes {
+		var it map[string]json.RawMessage
+		if err := json.Unmarshal(item, &it); err != nil {
+			t.Fatalf("batch item: %v %s", err, item)
+		}
+		it["sessionId"], _ = json.Marshal(b.SessionID)
+		params, _ := json.Marshal(it)
+		out = append(out, &rpcMsg{JSONRPC: "2.0", Method: "notifications/macp/envelope", Params: params})
+	}
+	return out
 }
 
 type envNote struct {
@@ -531,11 +569,14 @@ func TestProtocolResumeTrials(t *testing.T) {
 		var gotB [][]byte
 		var r resumeResult
 		var ids eventIDs
-		resumeVia := []string{"ws", "http"}[rng.IntN(2)]
+		resumeVia := []string{"ws", "ws-batch", "http"}[rng.IntN(3)]
 		counts["resume-"+resumeVia]++
-		if resumeVia == "ws" {
+		if resumeVia != "http" {
+			// ws-batch asks for batched catch-up (wsbatch.go): the
+			// envelopes it receives, unbatched, must be exactly those a
+			// plain resume receives, with the same ids.
 			p := e.pdial(t, agent)
-			m := p.call("session/resume", map[string]any{"sessionId": sid, "lastSessionEventId": cursorID})
+			m := p.call("session/resume", map[string]any{"sessionId": sid, "lastSessionEventId": cursorID, "batch": resumeVia == "ws-batch"})
 			if m.Error != nil || json.Unmarshal(m.Result, &r) != nil || !r.Resumed {
 				t.Fatalf("trial %d: resume from %v: %+v %s", trial, cursorID, m.Error, m.Result)
 			}
@@ -596,7 +637,10 @@ func TestProtocolResumeTrials(t *testing.T) {
 	if counts["catchup"] == 0 || counts["outside"] == 0 || counts["state-cursor"] == 0 || counts["suspended-at-resume"] == 0 {
 		t.Fatalf("trials did not cover both outcomes and suspended sessions: %v", counts)
 	}
-	t.Logf("%d trials %v, %d envelopes sent and %d suspensions/resumptions meanwhile", trials, counts, sent.Load(), toggles.Load())
+	if counts["resume-ws-batch"] >= 10 && batchesSeen.Load() == 0 {
+		t.Fatalf("%d batched resumes and not one batch: batched catch-up was not exercised", counts["resume-ws-batch"])
+	}
+	t.Logf("%d trials %v, %d envelopes sent and %d suspensions/resumptions meanwhile; %d batches unbatched", trials, counts, sent.Load(), toggles.Load(), batchesSeen.Load())
 }
 
 var _ = context.Background
