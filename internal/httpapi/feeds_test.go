@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/sdk"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 )
 
 // A feed is one follower of a session on one transport: it yields the
@@ -210,15 +213,43 @@ func wsCall(c *websocket.Conn, id int, method string, params any) error {
 func wsRead(c *websocket.Conn) (*rpcMsg, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, b, err := c.Read(ctx)
+	typ, b, err := c.Read(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if typ == websocket.MessageBinary {
+		return envelopeFrameNotification(b)
 	}
 	m := &rpcMsg{}
 	if err := json.Unmarshal(b, m); err != nil {
 		return nil, fmt.Errorf("%s: %v", b, err)
 	}
 	return m, nil
+}
+
+// framesSeen counts the envelope frames wsRead decoded (the resume trials
+// check that the binary path was exercised).
+var framesSeen atomic.Int64
+
+// envelopeFrameNotification reads an envelope frame of a macp.v1+proto
+// connection (ws_binary.go: kind 0x03, the sessionEventId, the Envelope)
+// as the notifications/macp/envelope a JSON connection gets, so that the
+// resume checks read both alike. Any other binary message is an error.
+func envelopeFrameNotification(b []byte) (*rpcMsg, error) {
+	if len(b) < 9 || b[0] != 0x03 {
+		return nil, fmt.Errorf("unexpected binary message %x", b[:min(len(b), 16)])
+	}
+	framesSeen.Add(1)
+	env := &macpv1.Envelope{}
+	if err := proto.Unmarshal(b[9:], env); err != nil {
+		return nil, fmt.Errorf("envelope frame: %v", err)
+	}
+	ej, err := protojson.Marshal(env)
+	if err != nil {
+		return nil, err
+	}
+	params, _ := json.Marshal(map[string]any{"sessionId": env.SessionId, "sessionEventId": binary.BigEndian.Uint64(b[1:9]), "envelope": json.RawMessage(ej)})
+	return &rpcMsg{JSONRPC: "2.0", Method: "notifications/macp/envelope", Params: params}, nil
 }
 
 func (e *env) openWS(t testing.TB, agent, sid string, after uint64) *wsFeed {

@@ -569,13 +569,18 @@ func TestProtocolResumeTrials(t *testing.T) {
 		var gotB [][]byte
 		var r resumeResult
 		var ids eventIDs
-		resumeVia := []string{"ws", "ws-batch", "http"}[rng.IntN(3)]
+		resumeVia := []string{"ws", "ws-batch", "ws-binary", "http"}[rng.IntN(4)]
 		counts["resume-"+resumeVia]++
 		if resumeVia != "http" {
-			// ws-batch asks for batched catch-up (wsbatch.go): the
-			// envelopes it receives, unbatched, must be exactly those a
-			// plain resume receives, with the same ids.
+			// ws-batch asks for batched catch-up (wsbatch.go), ws-binary
+			// resumes on a macp.v1+proto connection (ws_binary.go): the
+			// envelopes each receives, unbatched or decoded from frames,
+			// must be exactly those a plain resume receives, with the same
+			// ids.
 			p := e.pdial(t, agent)
+			if resumeVia == "ws-binary" {
+				p = &pconn{t: t, c: e.dialWSProto(t, agent)}
+			}
 			m := p.call("session/resume", map[string]any{"sessionId": sid, "lastSessionEventId": cursorID, "batch": resumeVia == "ws-batch"})
 			if m.Error != nil || json.Unmarshal(m.Result, &r) != nil || !r.Resumed {
 				t.Fatalf("trial %d: resume from %v: %+v %s", trial, cursorID, m.Error, m.Result)
@@ -640,7 +645,10 @@ func TestProtocolResumeTrials(t *testing.T) {
 	if counts["resume-ws-batch"] >= 10 && batchesSeen.Load() == 0 {
 		t.Fatalf("%d batched resumes and not one batch: batched catch-up was not exercised", counts["resume-ws-batch"])
 	}
-	t.Logf("%d trials %v, %d envelopes sent and %d suspensions/resumptions meanwhile; %d batches unbatched", trials, counts, sent.Load(), toggles.Load(), batchesSeen.Load())
+	if counts["resume-ws-binary"] >= 10 && framesSeen.Load() == 0 {
+		t.Fatalf("%d resumes on macp.v1+proto and not one envelope frame: the binary path was not exercised", counts["resume-ws-binary"])
+	}
+	t.Logf("%d trials %v, %d envelopes sent and %d suspensions/resumptions meanwhile; %d batches unbatched, %d envelope frames", trials, counts, sent.Load(), toggles.Load(), batchesSeen.Load(), framesSeen.Load())
 }
 
 var _ = context.Background
