@@ -58,6 +58,23 @@ func bigHistory(t *testing.T, e *env, n, size int) string {
 	return sid
 }
 
+// dialStalledSSE opens an SSE feed of sid as agent from sequence 0 on a
+// raw connection with a small receive buffer that the test never reads:
+// a client that stalls. The connection is returned even when the request
+// could not be written (nil if the dial failed).
+func dialStalledSSE(e *env, agent, sid string) (net.Conn, error) {
+	c, err := net.Dial("tcp", e.a.HTTPAddr())
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(16 << 10)
+	}
+	// A Host the listener serves (dev mode).
+	_, err = fmt.Fprintf(c, "GET /macp/session/%s/events HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer %s\r\n\r\n", sid, agent)
+	return c, err
+}
+
 // sseIDs returns the ids of the complete events of an SSE body, in
 // order (an event cut off by the end is not one: EventSource drops it).
 func sseIDs(b []byte) []uint64 {
@@ -149,16 +166,8 @@ func TestNeverReadingHTTPFollowersStayWithinTheStreamBudget(t *testing.T) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			c, err := net.Dial("tcp", e.a.HTTPAddr())
-			if err != nil {
-				errs <- err
-				return
-			}
-			if tc, ok := c.(*net.TCPConn); ok {
-				_ = tc.SetReadBuffer(16 << 10)
-			}
+			c, err := dialStalledSSE(e, "alice", sid)
 			sse[i] = c
-			_, err = fmt.Fprintf(c, "GET /macp/session/%s/events HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer alice\r\n\r\n", sid) // a Host the listener serves (dev mode)
 			if err != nil {
 				errs <- err
 			}

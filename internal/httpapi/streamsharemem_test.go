@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"fmt"
 	"net"
 	"runtime/debug"
 	"sync"
@@ -59,16 +58,9 @@ func TestStalledSSEReadersStayWithinTheIdentityShare(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := net.Dial("tcp", e.a.HTTPAddr())
-			if err != nil {
-				errs <- err
-				return
-			}
-			if tc, ok := c.(*net.TCPConn); ok {
-				_ = tc.SetReadBuffer(16 << 10)
-			}
+			c, err := dialStalledSSE(e, "alice", sid)
 			conns[i] = c
-			if _, err := fmt.Fprintf(c, "GET /macp/session/%s/events HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer alice\r\n\r\n", sid); err != nil {
+			if err != nil {
 				errs <- err
 			}
 		}()
