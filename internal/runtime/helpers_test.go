@@ -316,24 +316,13 @@ func sendAsync(r *Runtime, ctx context.Context, id coord.Identity, env *macpv1.E
 // recv waits for a value (bounded).
 func recv[T any](t *testing.T, ch <-chan T, what string) T {
 	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(5 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
-	}
-	var zero T
-	return zero
+	return testutil.Recv(t, ch, what)
 }
 
 // nothingFor asserts ch yields nothing for d.
 func nothingFor[T any](t *testing.T, ch <-chan T, d time.Duration, what string) {
 	t.Helper()
-	select {
-	case v := <-ch:
-		t.Fatalf("%s arrived too early: %v", what, v)
-	case <-time.After(d):
-	}
+	testutil.NothingFor(t, ch, d, what)
 }
 
 // stored returns a session's stored records (nil if unknown).
