@@ -226,7 +226,7 @@ type binaries struct{ macpd, nats string }
 
 // buildBinaries builds macpd and nats-server (the server this module
 // embeds in tests) into the test's temporary directory.
-func buildBinaries(t *testing.T) binaries {
+func buildBinaries(t testing.TB) binaries {
 	t.Helper()
 	dir := t.TempDir()
 	goBin := filepath.Join(goruntime.GOROOT(), "bin", "go")
@@ -249,7 +249,7 @@ type proc struct {
 	exited chan struct{}
 }
 
-func startProc(t *testing.T, bin string, env []string, args ...string) *proc {
+func startProc(t testing.TB, bin string, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	for _, kv := range os.Environ() {
@@ -279,14 +279,14 @@ func (p *proc) kill() {
 // natsProcs is a cluster of nats-server processes on ports picked at run
 // time, kept across restarts.
 type natsProcs struct {
-	t     *testing.T
+	t     testing.TB
 	bin   string
 	confs []string
 	ports []int
 	procs []*proc
 }
 
-func startNATSProcs(t *testing.T, bin string, n int) *natsProcs {
+func startNATSProcs(t testing.TB, bin string, n int) *natsProcs {
 	t.Helper()
 	c := &natsProcs{t: t, bin: bin, ports: natstest.FreePorts(t, n), procs: make([]*proc, n)}
 	routePorts := natstest.FreePorts(t, n)
@@ -381,10 +381,11 @@ func (c *natsProcs) waitReady(i int) {
 // kernel (MACP_BIND_ADDR=127.0.0.1:0) and read from its log, so a restart
 // gets a new one.
 type macpdProc struct {
-	t        *testing.T
+	t        testing.TB
 	bin      string
 	natsURLs string
 	name     string
+	env      []string // more environment (after the defaults)
 
 	mu   sync.Mutex
 	p    *proc
@@ -402,6 +403,7 @@ func (m *macpdProc) start() {
 		"MACP_STORE=nats", "MACP_NATS_URL=" + m.natsURLs, "MACP_NATS_REPLICAS=3", "MACP_NATS_TIMEOUT_MS=2000", "MACP_CLUSTER_OWNERSHIP=" + testOwnership(),
 		"MACP_SESSION_START_LIMIT_PER_MINUTE=0", "MACP_MESSAGE_LIMIT_PER_MINUTE=0", "MACP_LOG_FORMAT=text",
 	}
+	env = append(env, m.env...)
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		p := startProc(m.t, m.bin, env)
