@@ -19,11 +19,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/mode/builtin"
+	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/runtime"
+	"github.com/macpd/macpd/internal/store/memstore"
 	"github.com/macpd/macpd/internal/store/natsstore"
 )
 
@@ -89,6 +94,7 @@ func BenchmarkClusterCosts(b *testing.B) {
 				}
 			}
 		})
+		c.nodes[0].name = "one"
 		c.nodes[0].start()
 		c.cl = &procClients{nodes: c.nodes, conns: map[string]*grpc.ClientConn{}}
 		defer c.cl.close()
@@ -101,7 +107,11 @@ func BenchmarkClusterCosts(b *testing.B) {
 		c.startSessions(warm, func(int) int { return 0 })
 		c.drive(warm, 20, func(int) int { return 0 })
 		idle1 := c.idle(3 * time.Second)
-		sids := c.newSIDs(clients, nil)
+		// The sessions of the measured phases are in partitions 0, 3 and
+		// 6: those the first of three nodes (by id) owns, so that the
+		// owner's phases below use the same three streams.
+		first := func(sid string) bool { return c.reader.PartitionOf(sid)%3 == 0 }
+		sids := c.newSIDs(clients, first)
 		c.startSessions(sids, func(int) int { return 0 })
 		one := c.phase("one", idle1, func() int64 { return c.drive(sids, perSession, func(int) int { return 0 }) })
 		m, err := lastMsg(c.reader, sids[0])
@@ -110,7 +120,7 @@ func BenchmarkClusterCosts(b *testing.B) {
 		}
 		raw := openRawURLs(b, nc.urls())
 		rawPh := c.phase("raw", idle1, func() int64 {
-			rawPublish(b, raw, m, clients, perSession)
+			rawPublishIn(b, raw, m, clients, perSession, func(name string) bool { return raw.PartitionOf(name)%3 == 0 })
 			return int64(clients * perSession)
 		})
 
@@ -119,7 +129,12 @@ func BenchmarkClusterCosts(b *testing.B) {
 		c.nodes[2].start()
 		c.live = 3
 		owners := c.waitOwners()
-		const A, B, C = 0, 1, 2
+		// A owns partitions 0, 3 and 6; B forwards to it; C only follows.
+		A := owners[0]
+		B, C := (A+1)%3, (A+2)%3
+		for i, role := range map[int]string{A: "owner", B: "entry", C: "other"} {
+			c.nodes[i].name = role
+		}
 		ownedBy := func(node int) func(string) bool {
 			return func(sid string) bool { return owners[c.reader.PartitionOf(sid)] == node }
 		}
@@ -127,6 +142,7 @@ func BenchmarkClusterCosts(b *testing.B) {
 		c.startSessions(warm, func(int) int { return A })
 		c.drive(warm, 20, func(int) int { return B })
 		idle3 := c.idle(3 * time.Second)
+		b.Logf("owner macpd%d, entry macpd%d, other macpd%d", A, B, C)
 		sids = c.newSIDs(clients, ownedBy(A))
 		c.startSessions(sids, func(int) int { return A })
 		own := c.phase("owner", idle3, func() int64 { return c.drive(sids, perSession, func(int) int { return A }) })
@@ -147,17 +163,17 @@ func BenchmarkClusterCosts(b *testing.B) {
 		// Memory and idle CPU per resident OPEN session on A.
 		idleA0 := c.idle(10 * time.Second)
 		heapA0, heapB0 := c.heap(A), c.heap(B)
-		rssA0 := c.stat("macpd0").rss
+		rssA0 := c.stat("owner").rss
 		mem := c.newSIDs(resident, ownedBy(A))
 		c.startSessions(mem, func(int) int { return A })
 		c.drive(mem, 1, func(int) int { return A })
 		heapA1, heapB1 := c.heap(A), c.heap(B)
-		rssA1 := c.stat("macpd0").rss
+		rssA1 := c.stat("owner").rss
 		idleA1 := c.idle(10 * time.Second)
 		heapPerSession := float64(heapA1-heapA0) / float64(resident)
 		rssPerSession := float64(rssA1-rssA0) / float64(resident)
 		feedHeapPerSession := float64(heapB1-heapB0) / float64(resident)
-		idlePerSession := (idleA1["macpd0"] - idleA0["macpd0"]) / float64(resident) // CPU s per s
+		idlePerSession := (idleA1["owner"] - idleA0["owner"]) / float64(resident) // CPU s per s
 
 		// What is stored and written.
 		storedRaw := streamBytes(b, raw)
@@ -167,7 +183,7 @@ func BenchmarkClusterCosts(b *testing.B) {
 		// Report.
 		us := func(p costPhase, names ...string) float64 { return p.sum(names...) * 1e6 / float64(p.env) }
 		nats := []string{"nats0", "nats1", "nats2"}
-		b.ReportMetric(us(one, "macpd0"), "macpd_cpu_us/env")
+		b.ReportMetric(us(one, "one"), "macpd_cpu_us/env")
 		b.ReportMetric(us(one, nats...), "nats_cpu_us/env")
 		b.ReportMetric(one.maxOf(nats...)*1e6/float64(one.env), "nats_busiest_cpu_us/env")
 		b.ReportMetric(float64(one.sumIO(nats...))/float64(one.env), "nats_disk_B/env")
@@ -176,14 +192,14 @@ func BenchmarkClusterCosts(b *testing.B) {
 		b.ReportMetric(rawPh.maxOf(nats...)*1e6/float64(rawPh.env), "raw_nats_busiest_cpu_us/pub")
 		b.ReportMetric(float64(rawPh.sumIO(nats...))/float64(rawPh.env), "raw_nats_disk_B/pub")
 		b.ReportMetric(rawPh.rate(), "raw_pub/s")
-		b.ReportMetric(us(own, "macpd0"), "owner_cpu_us/env")
-		b.ReportMetric((us(own, "macpd1")+us(own, "macpd2"))/2, "feed_cpu_us/env")
+		b.ReportMetric(us(own, "owner"), "owner_cpu_us/env")
+		b.ReportMetric((us(own, "entry")+us(own, "other"))/2, "feed_cpu_us/env")
 		b.ReportMetric(us(own, nats...), "nats3_cpu_us/env")
-		b.ReportMetric(us(fwd, "macpd1")-us(fwd, "macpd2"), "fwd_entry_extra_cpu_us/env")
-		b.ReportMetric(us(fwd, "macpd0")-us(own, "macpd0"), "fwd_owner_extra_cpu_us/env")
+		b.ReportMetric(us(fwd, "entry")-us(fwd, "other"), "fwd_entry_extra_cpu_us/env")
+		b.ReportMetric(us(fwd, "owner")-us(own, "owner"), "fwd_owner_extra_cpu_us/env")
 		b.ReportMetric(us(fwd, nats...)-us(own, nats...), "fwd_nats_extra_cpu_us/env")
-		b.ReportMetric(us(fwd, "macpd0", "macpd1", "macpd2")+us(fwd, nats...)-us(own, "macpd0", "macpd1", "macpd2")-us(own, nats...), "fwd_extra_cpu_us/env")
-		b.ReportMetric(us(spr, "macpd0", "macpd1", "macpd2"), "spread_macpd_cpu_us/env")
+		b.ReportMetric(us(fwd, "owner", "entry", "other")+us(fwd, nats...)-us(own, "owner", "entry", "other")-us(own, nats...), "fwd_extra_cpu_us/env")
+		b.ReportMetric(us(spr, "owner", "entry", "other"), "spread_macpd_cpu_us/env")
 		b.ReportMetric(us(spr, nats...), "spread_nats_cpu_us/env")
 		b.ReportMetric(spr.rate(), "spread_env/s")
 		b.ReportMetric(heapPerSession, "heap_B/session")
@@ -195,15 +211,17 @@ func BenchmarkClusterCosts(b *testing.B) {
 
 		var tbl strings.Builder
 		fmt.Fprintf(&tbl, "\nCPU µs per accepted envelope (raw: per publish), idle rate subtracted; tick %v\n", tick)
-		fmt.Fprintf(&tbl, "%-7s %7s %7s %8s | %8s %8s %8s | %8s %8s %8s %8s | %8s\n", "phase", "env", "wall s", "env/s", "macpd0", "macpd1", "macpd2", "nats0", "nats1", "nats2", "nats sum", "client")
+		fmt.Fprintf(&tbl, "%-7s %7s %7s %8s | %8s %8s %8s | %8s %8s %8s %8s | %8s\n", "phase", "env", "wall s", "env/s", "one/owner", "entry", "other", "nats0", "nats1", "nats2", "nats sum", "client")
 		for _, p := range []costPhase{one, rawPh, own, fwd, spr} {
 			fmt.Fprintf(&tbl, "%-7s %7d %7.2f %8.0f |", p.name, p.env, p.wall.Seconds(), p.rate())
-			for _, name := range []string{"macpd0", "macpd1", "macpd2"} {
-				if _, ok := p.cpu[name]; ok {
-					fmt.Fprintf(&tbl, " %8.1f", us(p, name))
-				} else {
-					fmt.Fprintf(&tbl, " %8s", "-")
+			for _, names := range [][]string{{"one", "owner"}, {"entry"}, {"other"}} {
+				v := "-"
+				for _, name := range names {
+					if _, ok := p.cpu[name]; ok {
+						v = fmt.Sprintf("%.1f", us(p, name))
+					}
 				}
+				fmt.Fprintf(&tbl, " %8s", v)
 			}
 			fmt.Fprintf(&tbl, " | %8.1f %8.1f %8.1f %8.1f | %8.1f\n", us(p, "nats0"), us(p, "nats1"), us(p, "nats2"), us(p, nats...), us(p, "client"))
 		}
@@ -212,10 +230,10 @@ func BenchmarkClusterCosts(b *testing.B) {
 		fmt.Fprintf(&tbl, "nats disk writes per envelope (B): one %s; raw %s\n", fmtIO(one, nats), fmtIO(rawPh, nats))
 		fmt.Fprintf(&tbl, "stored: raw streams %d msgs %d B (%.0f B/msg, one replica); history %d msgs %d B (%.0f B/msg); history leaders per server %v\n",
 			storedRaw.msgs, storedRaw.bytes, storedRaw.perMsg(), storedHist.msgs, storedHist.bytes, storedHist.perMsg(), leaders)
-		fmt.Fprintf(&tbl, "memory: %d sessions on macpd0: heap %d -> %d (%.0f B/session), RSS %d -> %d (%.0f B/session); macpd1 (not owner) heap %d -> %d (%.0f B/session)\n",
+		fmt.Fprintf(&tbl, "memory: %d sessions on the owner: heap %d -> %d (%.0f B/session), RSS %d -> %d (%.0f B/session); entry node (not their owner) heap %d -> %d (%.0f B/session)\n",
 			resident, heapA0, heapA1, heapPerSession, rssA0, rssA1, rssPerSession, heapB0, heapB1, feedHeapPerSession)
-		fmt.Fprintf(&tbl, "macpd0 idle CPU: %.2f ms/s before, %.2f ms/s with %d more sessions: %.3f µs per session per s\n",
-			idleA0["macpd0"]*1e3, idleA1["macpd0"]*1e3, resident, idlePerSession*1e6)
+		fmt.Fprintf(&tbl, "owner idle CPU: %.2f ms/s before, %.2f ms/s with %d more sessions: %.3f µs per session per s\n",
+			idleA0["owner"]*1e3, idleA1["owner"]*1e3, resident, idlePerSession*1e6)
 		b.Log(tbl.String())
 
 		for _, m := range c.nodes {
@@ -682,4 +700,102 @@ func fmtIO(p costPhase, names []string) string {
 		parts = append(parts, fmt.Sprintf("%s %.0f", n, float64(p.io[n])/float64(p.env)))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// BenchmarkResidentScan measures, in one process on the in-memory store,
+// what a node pays per resident OPEN session and per ownership tick: the
+// time of one runtime.Release (the scan of every resident session the
+// ownership loop runs every 500 ms, holding the runtime's session map
+// lock, which every Send's lookup also takes) divided by the sessions,
+// and the live heap per session (each started and given one Proposal;
+// runtime.ReadMemStats after a forced collection). Sessions:
+// BENCH_RESIDENT (100,000).
+//
+//	go test -run '^$' -bench BenchmarkResidentScan -benchtime 20x ./internal/cluster/
+func BenchmarkResidentScan(b *testing.B) {
+	sessions := envInt("BENCH_RESIDENT", 100_000)
+	ctx := context.Background()
+	rt := runtime.New(memstore.New(), builtin.Modes(), policy.DefaultOnly{}, runtime.Options{})
+	if err := rt.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer rt.Close()
+	var ms0, ms1 goruntime.MemStats
+	goruntime.GC()
+	goruntime.ReadMemStats(&ms0)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < sessions; i = int(next.Add(1) - 1) {
+				sid := newSID()
+				if a := rt.Send(ctx, initiator(i/100), startEnv(sid, "m0", 3_600_000)); !a.GetOk() {
+					b.Errorf("start: %s", ackString(a))
+					return
+				}
+				if a := rt.Send(ctx, aliceID, proposalEnv(sid, "p1")); !a.GetOk() {
+					b.Errorf("proposal: %s", ackString(a))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if b.Failed() {
+		return
+	}
+	goruntime.GC()
+	goruntime.ReadMemStats(&ms1)
+	b.ResetTimer()
+	t0 := time.Now()
+	for n := 0; n < b.N; n++ {
+		if held := rt.Release(); held != sessions {
+			b.Fatalf("%d sessions resident, want %d", held, sessions)
+		}
+	}
+	el := time.Since(t0)
+	b.ReportMetric(float64(el.Nanoseconds())/float64(b.N)/float64(sessions), "scan_ns/session")
+	b.ReportMetric(float64(el.Microseconds())/float64(b.N)/1000, "scan_ms")
+	b.ReportMetric(float64(ms1.HeapAlloc-ms0.HeapAlloc)/float64(sessions), "heap_B/session")
+}
+
+// rawPublishIn is rawPublish with each publisher's subject a session id
+// for which keep is true.
+func rawPublishIn(b *testing.B, raw *natsstore.Store, m *jetstream.RawStreamMsg, sessions, perSession int, keep func(string) bool) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	js := raw.JetStream()
+	var wg sync.WaitGroup
+	for i := 0; i < sessions; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprintf("raw-%d-%s", i, newSID())
+			for !keep(name) {
+				name = fmt.Sprintf("raw-%d-%s", i, newSID())
+			}
+			subj := raw.Subject(name)
+			var last uint64
+			for k := 0; k < perSession; k++ {
+				msg := nats.NewMsg(subj)
+				for _, h := range []string{natsstore.HeaderAppend, natsstore.HeaderSeq, natsstore.HeaderCount} {
+					msg.Header.Set(h, m.Header.Get(h))
+				}
+				msg.Data = m.Data
+				ack, err := js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(last))
+				if err != nil {
+					b.Errorf("raw publish: %v", err)
+					return
+				}
+				last = ack.Sequence
+			}
+		}()
+	}
+	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
+	}
 }
