@@ -782,6 +782,7 @@ func rawPublishIn(b *testing.B, raw *natsstore.Store, m *jetstream.RawStreamMsg,
 	defer cancel()
 	js := raw.JetStream()
 	var wg sync.WaitGroup
+	var refused atomic.Int64
 	for i := 0; i < sessions; i++ {
 		wg.Add(1)
 		go func() {
@@ -798,17 +799,36 @@ func rawPublishIn(b *testing.B, raw *natsstore.Store, m *jetstream.RawStreamMsg,
 					msg.Header.Set(h, m.Header.Get(h))
 				}
 				msg.Data = m.Data
-				ack, err := js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(last))
-				if err != nil {
-					b.Errorf("raw publish: %v", err)
-					return
+				for {
+					ack, err := js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(last))
+					if err == nil {
+						last = ack.Sequence
+						break
+					}
+					// A clustered stream may refuse an expectation while
+					// another subject's proposal is in flight ("wrong last
+					// sequence", err_code 10164): publish again, after
+					// checking that the message was not stored.
+					if !strings.Contains(err.Error(), "wrong last sequence") {
+						b.Errorf("raw publish: %v", err)
+						return
+					}
+					refused.Add(1)
+					if st, serr := js.Stream(ctx, raw.StreamNames()[raw.PartitionOf(name)]); serr == nil {
+						if sm, gerr := st.GetLastMsgForSubject(ctx, subj); gerr == nil && sm.Sequence > last {
+							last = sm.Sequence
+							break
+						}
+					}
 				}
-				last = ack.Sequence
 			}
 		}()
 	}
 	wg.Wait()
 	if b.Failed() {
 		b.FailNow()
+	}
+	if n := refused.Load(); n > 0 {
+		b.Logf("raw: %d publishes refused (wrong last sequence) and sent again", n)
 	}
 }
