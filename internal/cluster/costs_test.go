@@ -64,7 +64,7 @@ import (
 //     started and given one Proposal: A's live heap (after a forced GC,
 //     /debug/pprof/heap?gc=1 on the admin endpoint) and RSS per session,
 //     B's heap per session (a node that does not own them), and A's idle
-//     CPU per owned session per second (10 s idle before and after).
+//     CPU per owned session per second (12 s idle before and after).
 //
 // Also: bytes stored per envelope (the raw streams' bytes / messages, one
 // replica), bytes each nats-server writes to disk per envelope
@@ -157,9 +157,6 @@ func BenchmarkClusterCosts(b *testing.B) {
 		owner := func(i int) int { return owners[c.reader.PartitionOf(spread[i])] }
 		c.startSessions(spread, owner)
 		spr := c.phase("spread", idle3, func() int64 { return c.drive(spread, perSession, owner) })
-		if out := c.forwarded(); out != nil {
-			b.Logf("forwarded calls (out/in) per node after the phases: %v", out)
-		}
 
 		// Memory and idle CPU per resident OPEN session on A.
 		idleA0 := c.idle(12 * time.Second)
@@ -568,28 +565,7 @@ func (c *costRun) waitOwners() []int {
 	}
 }
 
-// forwarded reads macpd_forwarded metrics if the nodes expose them (nil
-// otherwise).
-func (c *costRun) forwarded() map[string]string {
-	out := map[string]string{}
-	for i := 0; i < c.live; i++ {
-		body := c.admin(i, "/metrics")
-		var lines []string
-		for _, l := range strings.Split(body, "\n") {
-			if strings.HasPrefix(l, "macpd_") && strings.Contains(l, "forward") {
-				lines = append(lines, l)
-			}
-		}
-		if len(lines) > 0 {
-			out[c.nodes[i].name] = strings.Join(lines, "; ")
-		}
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
-}
-
+// admin GETs path on node i's admin endpoint.
 func (c *costRun) admin(i int, path string) string {
 	addr := c.logMatch(i, adminAddrRE)
 	resp, err := http.Get("http://" + addr + path)
