@@ -50,7 +50,7 @@ import (
 // replayWindow is the listener's session/resume replay window: small, so
 // that resumes from an early cursor of a long session are cut (catchup
 // false) while most are not.
-const replayWindow = 12
+const replayWindow = 4
 
 // simAuth authenticates the bearer token as the identity of that sender
 // (the observer keeps its capability).
@@ -123,6 +123,14 @@ func (w *world) stopAPI() {
 	}
 }
 
+// attStats counts what the attachments exercised (the run's last line).
+type attStats struct{ fromEnvelope, fromState, cut, detached, stalls int }
+
+func (s attStats) String() string {
+	return fmt.Sprintf("%d resumed from an envelope's id, %d from a state id, %d cut by the replay window, %d superseded, %d stalls",
+		s.fromEnvelope, s.fromState, s.cut, s.detached, s.stalls)
+}
+
 // note is one session-scoped notification as an attachment received it.
 type note struct {
 	method string
@@ -142,15 +150,15 @@ func idString(key uint64) string {
 
 // simConn is one client WebSocket connection to the listener.
 type simConn struct {
-	n      int
-	who    coord.Identity
-	c      *websocket.Conn
-	mc     *memConn // the client's end
-	mu     sync.Mutex
-	closed bool // its reader ended
-	next   int
-	wait   map[string]chan rpcResp
-	atts   map[string]*simAttach // by session: each session at most once per connection
+	n                int
+	who              coord.Identity
+	c                *websocket.Conn
+	mc               *memConn // the client's end
+	mu               sync.Mutex
+	closed           bool // its reader ended
+	next             int
+	wait             map[string]chan rpcResp
+	atts             map[string]*simAttach // by session: each session at most once per connection
 	stalled, dropped bool
 }
 
@@ -165,25 +173,25 @@ type rpcResp struct {
 
 // simAttach is one attachment (one session/resume accepted).
 type simAttach struct {
-	n         int
-	s         *simSession
-	who       coord.Identity
-	conn      *simConn
-	cursor    string // lastSessionEventId sent ("none", N or N.5)
-	startKey  uint64 // every id it gets is above this
-	startSeq  uint64 // envelopes from startSeq+1 on
-	known     any    // the state the client knows (from the cursor's state notification, then received)
-	knownSeq  uint64 // ... as of record knownSeq
-	hasKnown  bool
-	batch     bool
-	notes     []note // guarded by conn.mu, in arrival order
-	checked   int
-	lastKey   uint64
-	lastEnv   uint64 // last envelope's N (or startSeq)
-	ended     string // "end", "detached" or "error" once received
-	logged    bool
-	envs      int // envelope notifications checked
-	marks     []uint64
+	n                int
+	s                *simSession
+	who              coord.Identity
+	conn             *simConn
+	cursor           string // lastSessionEventId sent ("none", N or N.5)
+	startKey         uint64 // every id it gets is above this
+	startSeq         uint64 // envelopes from startSeq+1 on
+	known            any    // the state the client knows (from the cursor's state notification, then received)
+	knownSeq         uint64 // ... as of record knownSeq
+	hasKnown         bool
+	batch            bool
+	notes            []note // guarded by conn.mu, in arrival order
+	checked          int
+	lastKey          uint64
+	lastEnv          uint64 // last envelope's N (or startSeq)
+	ended            string // "end", "detached" or "error" once received
+	logged           bool
+	envs             int // envelope notifications checked
+	marks            []uint64
 	superseded, dead bool
 }
 
@@ -514,6 +522,14 @@ func (w *world) resume(s *simSession, who coord.Identity, sc *simConn, cursor st
 		w.fail("session/resume of %s: result %s", s.id, r.Result)
 	}
 	w.atts = append(w.atts, a)
+	switch {
+	case !res.Catchup:
+		w.attStats.cut++
+	case stateSeen:
+		w.attStats.fromState++
+	case cursor != "none":
+		w.attStats.fromEnvelope++
+	}
 	// The same caller's other live attachments to s are superseded.
 	for _, o := range w.atts {
 		if o != a && o.s == s && o.who.Sender == who.Sender && !o.dead && o.ended == "" && !o.conn.dropped {
@@ -587,6 +603,7 @@ func (w *world) stallConn() {
 		return
 	}
 	c.stall(true)
+	w.attStats.stalls++
 	w.logf("stall c%d", c.n)
 }
 
@@ -660,15 +677,21 @@ func (w *world) resumeFromCursor(live bool) {
 	w.resume(a.s, a.who, w.connFor(a.who, a.s), cursor, a)
 }
 
-// snapshotStates records each session's metadata at its current record
-// (the state a state notification with that id must carry).
+// snapshotStates records the metadata of every session an attachment
+// may still hear of, at its current record (the state a state
+// notification with that id must carry), when not recorded yet.
 func (w *world) snapshotStates() {
 	if w.states == nil {
 		w.states = make(map[string]map[uint64]any)
 	}
 	for _, s := range w.sessions {
-		if !s.started {
+		if !s.started || !w.watched(s) {
 			continue
+		}
+		if last, ok := w.rt.LastSeq(s.id); ok {
+			if _, seen := w.states[s.id][last]; seen {
+				continue
+			}
 		}
 		var seq uint64
 		var b []byte
@@ -689,6 +712,27 @@ func (w *world) snapshotStates() {
 	}
 }
 
+// watched: s has an attachment that may still receive something, or
+// whose notifications are not all checked.
+func (w *world) watched(s *simSession) bool {
+	for _, a := range w.atts {
+		if a.s == s && a.pending() {
+			return true
+		}
+	}
+	return false
+}
+
+// pending: a may still receive something, or has unchecked notifications.
+func (a *simAttach) pending() bool {
+	if a.live() {
+		return true
+	}
+	a.conn.mu.Lock()
+	defer a.conn.mu.Unlock()
+	return a.checked < len(a.notes)
+}
+
 // settleAttachments waits for every live attachment whose connection
 // reads to have everything (settleAttach) and checks every attachment's
 // notifications.
@@ -699,6 +743,9 @@ func (w *world) settleAttachments() {
 	w.snapshotStates()
 	hists := make(map[string][]session.Record)
 	for _, a := range w.atts {
+		if !a.pending() {
+			continue
+		}
 		h, ok := hists[a.s.id]
 		if !ok {
 			h = w.history(a.s.id)
@@ -755,6 +802,9 @@ func (w *world) settleAttach(a *simAttach, hist []session.Record) {
 	a.conn.mu.Unlock()
 	if a.ended != "" && !a.logged {
 		a.logged = true
+		if a.ended == "detached" {
+			w.attStats.detached++
+		}
 		w.logf("  a%d of %s: %s, envelopes through %d (%d)", a.n, a.s.id, a.ended, a.lastEnv, a.envs)
 	}
 }

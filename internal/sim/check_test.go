@@ -419,6 +419,6 @@ func (w *world) final() {
 	if ok != started {
 		w.fail("verify: %d sessions verified, %d started", ok, started)
 	}
-	w.logf("end: %d sessions, %d followers, %d attachments on %d connections, %d crashes, %d disk faults, %d held syncs, %d policies, simulated %s",
-		started, len(w.followers), len(w.atts), len(w.conns), w.crashes, w.faults, w.heldSyncs, len(w.policies), w.clk.Now().Sub(epoch))
+	w.logf("end: %d sessions, %d followers, %d attachments on %d connections (%s), %d crashes, %d disk faults, %d held syncs, %d policies, simulated %s",
+		started, len(w.followers), len(w.atts), len(w.conns), w.attStats, w.crashes, w.faults, w.heldSyncs, len(w.policies), w.clk.Now().Sub(epoch))
 }

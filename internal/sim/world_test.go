@@ -84,10 +84,11 @@ type world struct {
 	crashes, faults, heldSyncs int
 
 	// Protocol-mode attachments (attach_test.go).
-	api    *api
-	conns  []*simConn
-	atts   []*simAttach
-	states map[string]map[uint64]any // session -> record seq -> its metadata, as the harness saw it
+	api      *api
+	conns    []*simConn
+	atts     []*simAttach
+	attStats attStats
+	states   map[string]map[uint64]any // session -> record seq -> its metadata, as the harness saw it
 }
 
 // simSession is the clients' model of one session id.
