@@ -677,15 +677,17 @@ func (w *world) resumeFromCursor(live bool) {
 	w.resume(a.s, a.who, w.connFor(a.who, a.s), cursor, a)
 }
 
-// snapshotStates records the metadata of every session an attachment
-// may still hear of, at its current record (the state a state
-// notification with that id must carry), when not recorded yet.
+// snapshotStates records the metadata of every session at its current
+// record (the state a state notification with that id must carry), when
+// not recorded yet: once per record the session reached at a quiescent
+// point (records committed together in one step are seen only at the
+// last of them).
 func (w *world) snapshotStates() {
 	if w.states == nil {
 		w.states = make(map[string]map[uint64]any)
 	}
 	for _, s := range w.sessions {
-		if !s.started || !w.watched(s) {
+		if !s.started {
 			continue
 		}
 		if last, ok := w.rt.LastSeq(s.id); ok {
@@ -712,17 +714,6 @@ func (w *world) snapshotStates() {
 	}
 }
 
-// watched: s has an attachment that may still receive something, or
-// whose notifications are not all checked.
-func (w *world) watched(s *simSession) bool {
-	for _, a := range w.atts {
-		if a.s == s && a.pending() {
-			return true
-		}
-	}
-	return false
-}
-
 // pending: a may still receive something, or has unchecked notifications.
 func (a *simAttach) pending() bool {
 	if a.live() {
@@ -737,9 +728,6 @@ func (a *simAttach) pending() bool {
 // reads to have everything (settleAttach) and checks every attachment's
 // notifications.
 func (w *world) settleAttachments() {
-	if len(w.atts) == 0 {
-		return
-	}
 	w.snapshotStates()
 	hists := make(map[string][]session.Record)
 	for _, a := range w.atts {
