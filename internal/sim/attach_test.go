@@ -271,14 +271,17 @@ func (sc *simConn) protocolError(format string, args ...any) {
 	}
 }
 
+// parseKey parses a sessionEventId: N as 2N, and N.5 (a state
+// notification's only) as 2N+1. A state notification with an integer id
+// gets 2N, the key of envelope N: the uniqueness check then reports it.
 func parseKey(raw json.RawMessage, state bool) (uint64, bool) {
 	v := string(raw)
 	w := strings.TrimSuffix(v, ".5")
 	n, err := strconv.ParseUint(w, 10, 64)
-	if err != nil || (w != v) != state {
+	if err != nil || (w != v && !state) {
 		return 0, false
 	}
-	if state {
+	if w != v {
 		return 2*n + 1, true
 	}
 	return 2 * n, true
