@@ -409,7 +409,12 @@ func (a *simAttach) live() bool {
 }
 
 // attachable is a connection that reads and is up.
-func (sc *simConn) attachable() bool { return !sc.dropped && !sc.stalled && !sc.closed }
+func (sc *simConn) attachable() bool {
+	sc.mu.Lock()
+	closed := sc.closed
+	sc.mu.Unlock()
+	return !sc.dropped && !sc.stalled && !closed
+}
 
 // actAttach is the attachments' step: the seed picks one of the
 // attachment actions.
