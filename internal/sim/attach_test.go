@@ -160,6 +160,7 @@ type simConn struct {
 	wait             map[string]chan rpcResp
 	atts             map[string]*simAttach // by session: each session at most once per connection
 	stalled, dropped bool
+	stray            []string // messages no attachment accounts for (guarded by mu)
 }
 
 type rpcResp struct {
@@ -261,14 +262,11 @@ func (sc *simConn) read() {
 }
 
 // protocolError records a message no attachment can account for; the
-// next check fails on it.
+// next settle fails on it.
 func (sc *simConn) protocolError(format string, args ...any) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	for _, a := range sc.atts {
-		a.notes = append(a.notes, note{method: "bad: " + fmt.Sprintf(format, args...)})
-		return
-	}
+	sc.stray = append(sc.stray, fmt.Sprintf(format, args...))
 }
 
 // parseKey parses a sessionEventId: N as 2N, and N.5 (a state
@@ -352,13 +350,8 @@ func (sc *simConn) notification(method string, params json.RawMessage, raw []byt
 	defer sc.mu.Unlock()
 	a := sc.atts[p.SessionID]
 	if a == nil {
-		for _, a = range sc.atts {
-			break
-		}
-		if a == nil {
-			return // nothing attached: nothing to blame (cannot happen: checked by the session's attachment)
-		}
-		add = []note{{method: fmt.Sprintf("bad: for a session this connection is not attached to: %.300s", raw)}}
+		sc.stray = append(sc.stray, fmt.Sprintf("for a session this connection is not attached to: %.300s", raw))
+		return
 	}
 	a.notes = append(a.notes, add...)
 }
@@ -736,6 +729,14 @@ func (a *simAttach) pending() bool {
 // reads to have everything (settleAttach) and checks every attachment's
 // notifications.
 func (w *world) settleAttachments() {
+	for _, c := range w.conns {
+		c.mu.Lock()
+		stray := slices.Clone(c.stray)
+		c.mu.Unlock()
+		if len(stray) > 0 {
+			w.fail("connection c%d of %s got a message no attachment accounts for: %s", c.n, c.who.Sender, stray[0])
+		}
+	}
 	w.snapshotStates()
 	hists := make(map[string][]session.Record)
 	for _, a := range w.atts {
