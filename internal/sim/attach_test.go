@@ -20,6 +20,7 @@ import (
 	"github.com/macpd/macpd/internal/auth"
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/httpapi"
+	"github.com/macpd/macpd/internal/mode/decision"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/wire"
 )
@@ -491,7 +492,22 @@ func (w *world) resume(s *simSession, who coord.Identity, sc *simConn, cursor st
 	sc.mu.Lock()
 	sc.atts[s.id] = a
 	sc.mu.Unlock()
+	// Sometimes the attachment's catch-up is parked inside its store pass
+	// (after its first record is read) while a participant's message is
+	// committed: the catch-up and the live tail meet, and nothing but the
+	// catch-up's records may be sent before they are (no state labelled
+	// with the cursor and carrying a later state).
+	var park *parkPoint
+	if n := uint64(len(w.history(s.id))); n > after && n-after <= replayWindow && s.mode == decision.ModeID &&
+		s.started && !s.terminal && s.status == session.Open && w.chance(40) {
+		park = newParkPoint("catch-up")
+		w.pst.arm(s.id, after+1, park)
+	}
 	r, ok := sc.call("session/resume", params)
+	if park != nil && (!ok || r.Error != nil) {
+		w.pst.arm("", 0, nil) // refused: no catch-up to park
+		park = nil
+	}
 	how := ""
 	if batch {
 		how = " (batch)"
@@ -557,9 +573,27 @@ func (w *world) resume(s *simSession, who coord.Identity, sc *simConn, cursor st
 		a.known, a.knownSeq, a.hasKnown = known.stateAt(startKey), startKey/2, true
 	}
 	w.logf("attach a%d %s by %s on c%d after %s%s -> catchup %v from %d", a.n, s.id, who.Sender, sc.n, cursor, how, res.Catchup, res.SessionEventID)
+	if park != nil {
+		w.parkedCommit(s, park)
+		hist = w.history(s.id)
+	}
 	w.snapshotStates()
 	w.settleAttach(a, hist)
 	return a
+}
+
+// parkedCommit waits for a resume's catch-up to park in its store pass,
+// commits a participant's message of s meanwhile, and lets it go on.
+func (w *world) parkedCommit(s *simSession, p *parkPoint) {
+	select {
+	case <-p.reached:
+	case <-waitCh():
+		w.pst.arm("", 0, nil)
+		w.fail("the catch-up of a resume of %s never reached its store pass", s.id)
+	}
+	w.logf("catch-up of %s parked in its store pass", s.id)
+	w.send(s, s.parts[w.pick(len(s.parts))], w.messageEnv(s), "parked-catch-up message")
+	close(p.resume)
 }
 
 // stateAt is the metadata of a's state notification with id key.
