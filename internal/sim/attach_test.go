@@ -898,6 +898,9 @@ func (w *world) scan(a *simAttach, hist []session.Record, final bool) {
 				a.lastEnv = seq
 				a.envs++
 			} else {
+				if seq == 0 {
+					w.failAttach(a, "state notification 0.5: there is no state before the session's first record")
+				}
 				if md, ok := w.states[a.s.id][seq]; ok && !reflect.DeepEqual(md, n.md) {
 					w.failAttach(a, "state notification %s carries a state other than the session's after record %d", idString(n.key), seq)
 				}
