@@ -37,7 +37,8 @@
 // read again, drop the connection, resume from the id of a notification
 // they received (an envelope's N or a state notification's N.5), and
 // reattach live (the same caller on another connection supersedes the
-// attachment). Every sessionEventId, catch-up, replay-window cut, state
+// attachment); a resume's catch-up may be parked in its store pass while
+// a message of its session is committed. Every sessionEventId, catch-up, replay-window cut, state
 // notification, supersession and end they see is the product's attachment
 // code over the runtime's Follow, not a model of it; settle waits until
 // every reading attachment has everything, and the checks (ids unique and
