@@ -9,7 +9,7 @@ import (
 // ResumeConfig holds the protocol-mode session settings (session/resume,
 // docs/resume.md "Protocol mode").
 type ResumeConfig struct {
-	// ReplayWindow is the most envelopes session/resume replays to catch
+	// ReplayWindow is the most records session/resume replays to catch
 	// a client up on one session; a client further behind gets
 	// catchup: false and none of the missed envelopes, and rehydrates
 	// with session/get (MACP_REPLAY_WINDOW, --replay-window). 0, the
@@ -22,7 +22,7 @@ func DefaultResume() ResumeConfig { return ResumeConfig{} }
 
 func (c *Config) validateResume() []error {
 	if c.Resume.ReplayWindow < 0 {
-		return []error{fmt.Errorf("MACP_REPLAY_WINDOW (--replay-window) %d must be 0 (the whole history) or a positive number of envelopes", c.Resume.ReplayWindow)}
+		return []error{fmt.Errorf("MACP_REPLAY_WINDOW (--replay-window) %d must be 0 (the whole history) or a positive number of records", c.Resume.ReplayWindow)}
 	}
 	return nil
 }
@@ -31,7 +31,7 @@ func (c *Config) resumeFromEnv(lookup Env) []error {
 	if v, ok := lookup("MACP_REPLAY_WINDOW"); ok && v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return []error{fmt.Errorf("MACP_REPLAY_WINDOW %q: want a number of envelopes (0 = the whole history)", v)}
+			return []error{fmt.Errorf("MACP_REPLAY_WINDOW %q: want a number of records (0 = the whole history)", v)}
 		}
 		c.Resume.ReplayWindow = n
 	}
@@ -39,5 +39,5 @@ func (c *Config) resumeFromEnv(lookup Env) []error {
 }
 
 func (c *Config) registerResumeFlags(fs *flag.FlagSet) {
-	fs.IntVar(&c.Resume.ReplayWindow, "replay-window", c.Resume.ReplayWindow, "most envelopes session/resume replays per session; further behind answers catchup: false (0 = the whole history) (MACP_REPLAY_WINDOW)")
+	fs.IntVar(&c.Resume.ReplayWindow, "replay-window", c.Resume.ReplayWindow, "most records session/resume replays per session; further behind answers catchup: false (0 = the whole history) (MACP_REPLAY_WINDOW)")
 }

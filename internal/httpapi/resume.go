@@ -369,7 +369,7 @@ func liveState(st macpv1.SessionState) bool {
 // ResumeFeatures is the advertisement of protocol-mode sessions: the
 // manifest's metadata and the WebSocket endpoint's metadata carry it, and
 // Initialize's experimental features should too (docs/resume.md). The
-// replay window is a number of envelopes per session; "0" means the whole
+// replay window is a number of records per session; "0" means the whole
 // retained history.
 func ResumeFeatures(replayWindow int) map[string]string {
 	return map[string]string{

@@ -71,7 +71,7 @@ type Options struct {
 	// TLS, when set, serves HTTPS with it (the gRPC listener's config).
 	TLS    *tls.Config
 	Logger *slog.Logger
-	// ReplayWindow is how many missed envelopes session/resume replays at
+	// ReplayWindow is how many missed records session/resume replays at
 	// most (0 = the whole retained history); beyond it the answer is
 	// catchup: false and nothing missed is replayed (resume.go).
 	ReplayWindow int

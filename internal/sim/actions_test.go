@@ -76,6 +76,7 @@ var actions = []action{
 	{"hold", 3, (*world).actHold},
 	{"followrace", 4, (*world).actFollowRace},
 	{"expiryrace", 3, (*world).actExpiryRace},
+	{"attach", 12, (*world).actAttach},
 }
 
 func (w *world) chooseAction() action {

@@ -29,6 +29,25 @@
 // (interleave_test.go); other races inside one step between runtime
 // goroutines are not chosen by the seed (see docs/simulation.md).
 //
+// Protocol-mode attachments (attach_test.go, memnet_test.go): the same
+// runs serve the real HTTP listener (httpapi.Server's handler under
+// net/http) over an in-memory network, and simulated clients attach to
+// sessions over WebSocket with session/resume: they attach, stall (stop
+// reading: the connection's buffer fills and the server's writer waits),
+// read again, drop the connection, resume from the id of a notification
+// they received (an envelope's N or a state notification's N.5), and
+// reattach live (the same caller on another connection supersedes the
+// attachment); a resume's catch-up may be parked in its store pass while
+// a message of its session is committed. Every sessionEventId, catch-up, replay-window cut, state
+// notification, supersession and end they see is the product's attachment
+// code over the runtime's Follow, not a model of it; settle waits until
+// every reading attachment has everything, and the checks (ids unique and
+// increasing per attachment, above the cursor; envelopes exactly the
+// history after it, no gap or duplicate; each state N.5 the session's
+// state after record N) run on what arrived, in arrival order. Only what
+// is a function of the seed after quiescence is traced: not which
+// intermediate state notifications were sent (states are coalesced).
+//
 // TestSimBudget (budget_test.go) simulates the stream budget
 // (internal/streambudget) on its own: simulated streams charge, hand on,
 // release, drop and close, and Acquire calls wait, are cancelled and stall

@@ -82,6 +82,13 @@ type world struct {
 	polN      int
 
 	crashes, faults, heldSyncs int
+
+	// Protocol-mode attachments (attach_test.go).
+	api      *api
+	conns    []*simConn
+	atts     []*simAttach
+	attStats attStats
+	states   map[string]map[uint64]any // session -> record seq -> its metadata, as the harness saw it
 }
 
 // simSession is the clients' model of one session id.
@@ -167,6 +174,7 @@ func (w *world) open() {
 	if err := w.rt.Start(w.ctx); err != nil {
 		w.fail("runtime start (recovery): %v", err)
 	}
+	w.startAPI()
 }
 
 // shutdown stops the runtime and closes the store, without looking at
@@ -175,6 +183,7 @@ func (w *world) shutdown() {
 	if w.rt == nil {
 		return
 	}
+	w.stopAPI()
 	w.stopFollowers()
 	done := make(chan struct{})
 	w.gclk.stop()
@@ -205,6 +214,7 @@ func (w *world) crash(keepUnsynced bool, why string) {
 	clone := w.mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: rand.New(rand.NewPCG(w.cfg.seed, uint64(w.step)))})
 	w.logf("crash (%s), unsynced data kept: %d%%", why, pct)
 	w.shutdown()
+	w.states = nil // seen again after recovery
 	w.mem = clone
 	w.inj = &injector{}
 	w.open()
@@ -241,6 +251,7 @@ func (w *world) afterRecovery() {
 		}
 	}
 	w.recheckFollowers()
+	w.recheckAttachments()
 	w.settle()
 }
 
