@@ -148,14 +148,17 @@ func TestNemesis(t *testing.T) {
 	}
 	// Guards against goroutines logging after the test ended when it
 	// fails early.
+	var stopLoad sync.Once
 	t.Cleanup(func() {
 		nem.halt()
 		applied.Wait()
 		faults.Wait()
+		stopLoad.Do(func() { close(load.stop) })
+		slots.Wait()
 	})
 	applied.Wait() // every fault applied and healed
 	t.Logf("nemesis: +%.1fs every fault healed; ending the sessions", time.Since(nem.start).Seconds())
-	close(load.stop)
+	stopLoad.Do(func() { close(load.stop) })
 	slots.Wait()
 	nem.halt()
 	faults.Wait()
