@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -46,8 +45,10 @@ import (
 //     start it again after a while;
 //   - pause: SIGSTOP a macpd process, SIGCONT it after a while (its leases
 //     lapse meanwhile; when it wakes it still believes it owns them);
-//   - partition: cut a macpd process's connections to NATS and refuse or
-//     black-hole its new ones for a while, then heal;
+//   - partition: for a while, either close a macpd process's connections
+//     to NATS and refuse or black-hole its new ones, or stall them (bytes
+//     held, not lost, both ways: the process does not notice) and
+//     black-hole new ones; then heal;
 //   - kill-nats: SIGKILL one nats-server process and start it again (one
 //     at a time: the streams keep a quorum).
 //
@@ -307,7 +308,7 @@ type fault struct {
 	kind     faultKind
 	target   int
 	owner    bool // kill: the owner of the most active sessions instead, if any
-	refuse   bool // partition: refuse new connections (else black-hole them)
+	mode     int  // partition: proxyBlackHole, proxyRefuse or proxyStall
 }
 
 // planFaults draws the schedule: a fault every 0.3-3 s until dur, its
@@ -335,7 +336,7 @@ func planFaults(rng *rand.Rand, dur time.Duration) []fault {
 		case w < 5:
 			f.kind, f.hold, margin = faultPause, between(500*time.Millisecond, 8*time.Second), time.Second
 		case w < 8:
-			f.kind, f.hold, f.refuse, margin = faultPartition, between(500*time.Millisecond, 10*time.Second), rng.IntN(2) == 0, time.Second
+			f.kind, f.hold, f.mode, margin = faultPartition, between(500*time.Millisecond, 10*time.Second), proxyBlackHole+rng.IntN(3), time.Second
 		default:
 			f.kind, f.hold, margin = faultKillNATS, between(500*time.Millisecond, 5*time.Second), 15*time.Second
 		}
@@ -551,13 +552,9 @@ func (n *nemesis) run(f fault) {
 		_ = p.cmd.Process.Signal(syscall.SIGCONT)
 		n.logf("resumed %s", name)
 	case faultPartition:
-		mode := "black-holing"
-		if f.refuse {
-			mode = "refusing"
-		}
-		n.logf("partition %s%s from NATS for %v (%s new connections)", name, what, f.hold.Round(100*time.Millisecond), mode)
+		n.logf("partition %s%s from NATS for %v (%s)", name, what, f.hold.Round(100*time.Millisecond), partitionModes[f.mode])
 		for _, p := range n.proxies[target] {
-			p.cut(f.refuse)
+			p.cut(f.mode)
 		}
 		n.sleep(f.hold)
 		for _, p := range n.proxies[target] {
@@ -622,23 +619,32 @@ func tail(s string, n int) string {
 // ---- the proxy ------------------------------------------------------------
 
 // natsProxy forwards TCP connections from a macpd node to one
-// nats-server. cut closes the connections it carries and, until heal,
-// refuses new ones (closed at once) or black-holes them (accepted, never
-// answered, closed at heal).
+// nats-server. A partition (cut) either closes the connections it carries
+// and, until heal, refuses new ones (closed at once) or black-holes them
+// (accepted, never answered, closed at heal); or stalls them: bytes stop
+// moving both ways, none lost, and move again at heal, while new
+// connections are black-holed.
 type natsProxy struct {
 	ln     net.Listener
 	target string
 
 	mu    sync.Mutex
-	state int // proxyOpen, proxyRefuse, proxyBlackHole
-	conns map[net.Conn]struct{}
+	mode  int                   // proxyOpen or a partitionMode
+	gate  chan struct{}         // while stalled: closed at heal
+	conns map[net.Conn]struct{} // both ends of the connections carried
+	holes map[net.Conn]struct{} // black-holed
 }
 
+// Partition modes.
 const (
 	proxyOpen = iota
-	proxyRefuse
 	proxyBlackHole
+	proxyRefuse
+	proxyStall
 )
+
+var partitionModes = map[int]string{proxyBlackHole: "black-holing new connections", proxyRefuse: "refusing new connections",
+	proxyStall: "stalling its connections, black-holing new ones"}
 
 func startNATSProxy(t *testing.T, target string) *natsProxy {
 	t.Helper()
@@ -646,7 +652,7 @@ func startNATSProxy(t *testing.T, target string) *natsProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &natsProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &natsProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, holes: map[net.Conn]struct{}{}}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -661,6 +667,7 @@ func startNATSProxy(t *testing.T, target string) *natsProxy {
 	t.Cleanup(func() {
 		_ = ln.Close()
 		<-done
+		p.heal()
 		p.closeAll()
 	})
 	return p
@@ -668,45 +675,75 @@ func startNATSProxy(t *testing.T, target string) *natsProxy {
 
 func (p *natsProxy) addr() string { return p.ln.Addr().String() }
 
-func (p *natsProxy) track(c net.Conn) bool {
+// admit records c as carried (or black-holed); false: refused.
+func (p *natsProxy) admit(c net.Conn, hole *bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	switch p.state {
+	switch p.mode {
 	case proxyRefuse:
 		return false
+	case proxyBlackHole, proxyStall:
+		p.holes[c] = struct{}{}
+		*hole = true
+		return true
 	}
 	p.conns[c] = struct{}{}
 	return true
 }
 
 func (p *natsProxy) handle(c net.Conn) {
-	if !p.track(c) {
+	hole := false
+	if !p.admit(c, &hole) {
 		_ = c.Close()
 		return
 	}
-	p.mu.Lock()
-	hole := p.state == proxyBlackHole
-	p.mu.Unlock()
 	if hole {
 		return // held until heal closes it
 	}
 	s, err := net.DialTimeout("tcp", p.target, 2*time.Second)
-	if err != nil || !p.track(s) {
-		if s != nil {
-			_ = s.Close()
-		}
+	if err != nil {
 		p.drop(c)
 		return
 	}
-	// A cut in between closes c or s; each copy then ends the other.
+	p.mu.Lock()
+	if _, ok := p.conns[c]; !ok { // cut meanwhile
+		p.mu.Unlock()
+		_ = s.Close()
+		return
+	}
+	p.conns[s] = struct{}{}
+	p.mu.Unlock()
+	// A cut closes c and s; each copy then ends the other.
 	go func() {
-		_, _ = io.Copy(s, c)
+		p.pipe(s, c)
 		p.drop(s)
 		p.drop(c)
 	}()
-	_, _ = io.Copy(c, s)
+	p.pipe(c, s)
 	p.drop(c)
 	p.drop(s)
+}
+
+// pipe copies src to dst, holding each chunk read while stalled.
+func (p *natsProxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			gate := p.gate
+			p.mu.Unlock()
+			if gate != nil {
+				<-gate
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 func (p *natsProxy) drop(c net.Conn) {
@@ -726,25 +763,34 @@ func (p *natsProxy) closeAll() {
 	}
 }
 
-// cut partitions: every connection is closed; new ones are refused or
-// black-holed until heal.
-func (p *natsProxy) cut(refuse bool) {
+// cut partitions the node from this server in mode (a partitionMode).
+func (p *natsProxy) cut(mode int) {
 	p.mu.Lock()
-	p.state = proxyBlackHole
-	if refuse {
-		p.state = proxyRefuse
+	p.mode = mode
+	if mode == proxyStall {
+		p.gate = make(chan struct{})
 	}
 	p.mu.Unlock()
-	p.closeAll()
+	if mode != proxyStall {
+		p.closeAll()
+	}
 }
 
-// heal lets new connections through again (and closes the black-holed
-// ones, so their clients reconnect).
+// heal lets bytes and new connections through again and closes the
+// black-holed connections (their clients connect again).
 func (p *natsProxy) heal() {
 	p.mu.Lock()
-	p.state = proxyOpen
+	p.mode = proxyOpen
+	if p.gate != nil {
+		close(p.gate)
+		p.gate = nil
+	}
+	holes := p.holes
+	p.holes = map[net.Conn]struct{}{}
 	p.mu.Unlock()
-	p.closeAll()
+	for c := range holes {
+		_ = c.Close()
+	}
 }
 
 // ---- the load -------------------------------------------------------------
