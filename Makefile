@@ -63,6 +63,10 @@ sim: ## Deterministic simulation (internal/sim), no race detector: SEEDS=N seeds
 	@# -v for the summary (seeds, failures, simulated hours); the line per passing seed is left out.
 	set -o pipefail; go test -count=1 -timeout 0 -v ./internal/sim -run 'TestSim$$|TestSimBudget$$' $(if $(SEED),-seed $(SEED) -simtrace,-seeds $(or $(SEEDS),120) -first $(or $(FIRST),1)) $(if $(SEED),,| grep -v ': end: ')
 
+.PHONY: nemesis
+nemesis: ## Randomized nemesis on 3 nats-server and 3 macpd processes (internal/cluster TestNemesis): DURATION=30m (default 60s), SEED=N to replay one
+	MACP_NEMESIS_DURATION=$(or $(DURATION),60s) $(if $(SEED),MACP_NEMESIS_SEED=$(SEED)) go test -count=1 -timeout 0 -v -run 'TestNemesis$$' ./internal/cluster/
+
 .PHONY: build
 build: ## Build bin/macpd, bin/macpctl, bin/macpbench and the benchmark ceilings (echo-bench, disksync)
 	go build -o bin/ ./cmd/...

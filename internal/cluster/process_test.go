@@ -286,6 +286,10 @@ type natsProcs struct {
 	procs []*proc
 }
 
+// startNATSProcs starts n servers in one cluster. They do not advertise
+// each other's client addresses (no_advertise), so a client connects
+// only to the URLs it was given: TestNemesis's nodes reach NATS only
+// through its proxies.
 func startNATSProcs(t testing.TB, bin string, n int) *natsProcs {
 	t.Helper()
 	c := &natsProcs{t: t, bin: bin, ports: natstest.FreePorts(t, n), procs: make([]*proc, n)}
@@ -309,6 +313,7 @@ jetstream {
 cluster {
   name: macpkill
   listen: 127.0.0.1:%d
+  no_advertise: true
   routes: [ %s ]
 }
 `, i, c.ports[i], natstest.MaxPayload, filepath.Join(dir, fmt.Sprintf("data%d", i)), routePorts[i], strings.Join(routes, ", "))
