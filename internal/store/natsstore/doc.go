@@ -101,7 +101,8 @@
 // the session's last message (a copy catching up), it reads that message
 // only and checks the chain from that record. Info is the session's last
 // message (one request). List asks every partition's stream for its
-// subjects and then reads each session's last message; ListOpen filters
+// subjects and then reads each session's last message (16 requests in
+// flight, summaries handed on in id order); ListOpen filters
 // List, so unlike pebblestore its cost grows with all stored sessions,
 // not only the OPEN ones. Purge purges the session's subject. A record
 // that fails its self hash or the chain quarantines the session in this

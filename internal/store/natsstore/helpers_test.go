@@ -39,7 +39,7 @@ func recs(id string, from, to uint64) []session.Record {
 	return out
 }
 
-func open(t *testing.T, srv *natstest.Server, name string, parts int) *natsstore.Store {
+func open(t testing.TB, srv *natstest.Server, name string, parts int) *natsstore.Store {
 	t.Helper()
 	s, err := natsstore.Open(ctx, natsstore.Options{URL: srv.ClientURL(), Name: name, Replicas: 1, Partitions: parts})
 	if err != nil {

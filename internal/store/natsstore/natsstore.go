@@ -19,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
@@ -613,8 +614,17 @@ func (s *Store) ids(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
+// listInFlight bounds the last-message requests List keeps in flight, and
+// listWindow how many summaries it reads ahead of fn.
+const (
+	listInFlight = 16
+	listWindow   = 256
+)
+
 // List implements store.Store: one request for the subjects, then one per
-// session.
+// session, up to listInFlight at a time (a boot with many stored sessions
+// waits for their round trips side by side, not one after another), fn
+// called in id order.
 func (s *Store) List(ctx context.Context, fn func(store.SessionInfo) error) error {
 	if err := s.check(); err != nil {
 		return err
@@ -623,16 +633,32 @@ func (s *Store) List(ctx context.Context, fn func(store.SessionInfo) error) erro
 	if err != nil {
 		return err
 	}
-	for _, id := range ids {
-		info, err := s.Info(ctx, id)
-		if errors.Is(err, store.ErrNotFound) {
-			continue // purged meanwhile
+	infos := make([]store.SessionInfo, min(len(ids), listWindow))
+	errs := make([]error, len(infos))
+	for len(ids) > 0 {
+		win := ids[:min(len(ids), listWindow)]
+		ids = ids[len(win):]
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(listInFlight)
+		for i, id := range win {
+			g.Go(func() error {
+				infos[i], errs[i] = s.Info(gctx, id)
+				if errs[i] != nil && !errors.Is(errs[i], store.ErrNotFound) {
+					return errs[i] // stops the window's other requests
+				}
+				return nil
+			})
 		}
-		if err != nil {
+		if err := g.Wait(); err != nil {
 			return err
 		}
-		if err := fn(info); err != nil {
-			return err
+		for i := range win {
+			if errors.Is(errs[i], store.ErrNotFound) {
+				continue // purged meanwhile
+			}
+			if err := fn(infos[i]); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
