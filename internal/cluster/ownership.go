@@ -47,9 +47,10 @@ import (
 // Update(last revision seen) when its holder has not rewritten it for
 // Lease (one contender wins the compare-and-set); a holder whose partition
 // should go to another live node deletes its key (expecting its
-// revision), and the new node creates it at its next tick. A node that
-// stops gracefully deletes its keys at once; one that dies loses them
-// after Lease. Nothing here is needed for safety: every append is fenced
+// revision), and the new node creates it at once (every node runs a step
+// when it sees a key deleted). A node that stops gracefully deletes its
+// keys at once; one that dies loses them when another node finds it gone
+// (below), or after Lease. Nothing here is needed for safety: every append is fenced
 // by the session's expected last subject sequence (natsstore), so two
 // nodes that both believe they own a partition for a moment cannot both
 // append after the same record.
@@ -515,12 +516,14 @@ func (w *Ownership) probe(node string, pr *peer) {
 }
 
 // ping asks whether something listens on node's subject: errPeerGone when
-// NATS answers that no one does. A node that is alive answers at once; a
-// paused one does not answer (a timeout, not errPeerGone).
+// NATS answers that no one does. A node that is alive answers; a paused or
+// busy one may not answer in time (a timeout, not errPeerGone). The wait is
+// one ProbeInterval only: a ping taken by a node that dies before
+// answering must not hold up the next probe, which finds it gone.
 func (w *Ownership) ping(node string) error {
 	m := nats.NewMsg(w.subject(node))
 	m.Header.Set(hdrOp, "ping")
-	_, err := w.st.Conn().RequestMsg(m, w.opts.Tick)
+	_, err := w.st.Conn().RequestMsg(m, w.opts.ProbeInterval)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return errPeerGone
 	}
