@@ -118,6 +118,7 @@ type Ownership struct {
 	life     context.Context // ends at Stop: probes stop
 	endLife  context.CancelFunc
 	revoked  atomic.Int64 // nodes whose keys this node deleted (revoke)
+	adopting atomic.Int64 // adopt goroutines running
 	rt       *runtime.Runtime
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -225,6 +226,10 @@ func (w *Ownership) Owned() []int {
 // Forwarded returns the calls this node forwarded and those it served for
 // other nodes.
 func (w *Ownership) Forwarded() (out, in int64) { return w.fwdOut.Load(), w.fwdIn.Load() }
+
+// Adopting reports whether this node is still loading the OPEN sessions
+// of partitions it took.
+func (w *Ownership) Adopting() bool { return w.adopting.Load() > 0 }
 
 // Revoked is how many gone nodes' keys this node deleted (revoke).
 func (w *Ownership) Revoked() int64 { return w.revoked.Load() }
@@ -396,8 +401,10 @@ func (w *Ownership) step(ctx context.Context) {
 		// Off the loop: loading many long sessions must not hold up the
 		// renewals, or this node's leases would lapse meanwhile.
 		w.wg.Add(1)
+		w.adopting.Add(1)
 		go func() {
 			defer w.wg.Done()
+			defer w.adopting.Add(-1)
 			w.adopt(ctx, taken)
 		}()
 	}
