@@ -50,8 +50,9 @@ import (
 // revision), and the new node creates it at once (every node runs a step
 // when it sees a key deleted). A node that stops gracefully deletes its
 // keys at once; one that dies loses them when another node finds it gone
-// (below), or after Lease. Nothing here is needed for safety: every append is fenced
-// by the session's expected last subject sequence (natsstore), so two
+// (below), or after Lease. Nothing here is needed for safety: every
+// append is fenced by the session's expected last subject sequence
+// (natsstore), so two
 // nodes that both believe they own a partition for a moment cannot both
 // append after the same record.
 //
@@ -73,9 +74,10 @@ import (
 // renewed for two Ticks and a second probe still finds no one, its keys
 // are deleted (each expecting the revision last seen), so its partitions
 // are taken at once instead of after Lease (revoke). A node that is
-// alive but does not answer (paused, or cut off from the other nodes but
-// still connected) keeps its listener: only its lease lapsing moves its
-// partitions, and its appends stay fenced.
+// alive but does not answer (paused, stalled) keeps its listener: only
+// its lease lapsing moves its partitions, and its appends stay fenced. A
+// node cut off from the NATS servers loses its listener as a dead one
+// does; it cannot append until it reconnects, and then it is fenced.
 
 // OwnershipOptions tune partitioned ownership; zero values take defaults.
 type OwnershipOptions struct {
