@@ -73,7 +73,8 @@ import (
 // served here without a request, and once its membership has not been
 // renewed for two Ticks and a second probe still finds no one, its keys
 // are deleted (each expecting the revision last seen), so its partitions
-// are taken at once instead of after Lease (revoke). A node that is
+// are taken at once instead of after Lease (revoke; RevokeGone, off by
+// default). A node that is
 // alive but does not answer (paused, stalled) keeps its listener: only
 // its lease lapsing moves its partitions, and its appends stay fenced. A
 // node cut off from the NATS servers loses its listener as a dead one
@@ -86,6 +87,15 @@ type OwnershipOptions struct {
 	// Lease is how long a key may go unchanged before its node counts as
 	// dead (3 s; at least 3 Ticks).
 	Lease time.Duration
+	// RevokeGone deletes the keys of a node found gone (no listener on its
+	// subject, its membership two Ticks late, confirmed by a second
+	// probe), so its partitions move at once instead of after Lease. Off
+	// by default: moving partitions early also moves their sessions'
+	// loads (adopt) early, into what is often the same disruption (a NATS
+	// server restarting), and a load that fails there quarantines the
+	// session on its new owner (runtime); calls are served meanwhile
+	// either way (the node that finds the owner gone serves them itself).
+	RevokeGone bool
 	// ProbeInterval is how often a node that waits for another's answer
 	// checks that something still listens on that node's subject (100 ms,
 	// at most Tick).
@@ -593,6 +603,9 @@ func (w *Ownership) checkPeersLocked(now time.Time) {
 // (or a new holder) rewrote meanwhile is left alone. Safety does not rest
 // on this: appends are fenced by the store.
 func (w *Ownership) revoke(ctx context.Context, now time.Time) {
+	if !w.opts.RevokeGone {
+		return
+	}
 	w.mu.Lock()
 	var nodes []string
 	for node, pr := range w.peers {

@@ -291,7 +291,8 @@ func BenchmarkFailover(b *testing.B) {
 }
 
 // foNode is one node of the failover tests below: a runtime on its own
-// store connection with partitioned ownership (tick 100 ms, lease lease).
+// store connection with partitioned ownership (tick 100 ms, lease lease,
+// RevokeGone).
 type foNode struct {
 	ns   *natsstore.Store
 	rt   *runtime.Runtime
@@ -310,7 +311,7 @@ func foStartNode(t *testing.T, url string, parts int, lease time.Duration) *foNo
 	if err := reg.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
-	own, err := cluster.NewOwnership(ctx, ns, cluster.OwnershipOptions{Tick: 100 * time.Millisecond, Lease: lease})
+	own, err := cluster.NewOwnership(ctx, ns, cluster.OwnershipOptions{Tick: 100 * time.Millisecond, Lease: lease, RevokeGone: true})
 	if err != nil {
 		t.Fatal(err)
 	}
