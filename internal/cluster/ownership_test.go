@@ -152,8 +152,10 @@ func ownershipFailover(t testing.TB, kills, sessions int) []time.Duration {
 				default:
 				}
 				if k%perSession == 0 {
+					// One initiator per client: an initiator may hold 100
+					// OPEN sessions on a node, and a long loop starts more.
 					next := newSID()
-					if _, ok := definite(si+k, initID.Sender, func() *macpv1.Envelope { return startEnv(next, "m0", 600_000) }); !ok {
+					if _, ok := definite(si+k, initiator(100+si).Sender, func() *macpv1.Envelope { return startEnv(next, "m0", 600_000) }); !ok {
 						return
 					}
 					sid = next
