@@ -47,10 +47,12 @@ import (
 // Update(last revision seen) when its holder has not rewritten it for
 // Lease (one contender wins the compare-and-set); a holder whose partition
 // should go to another live node deletes its key (expecting its
-// revision), and the new node creates it at its next tick. A node that
-// stops gracefully deletes its keys at once; one that dies loses them
-// after Lease. Nothing here is needed for safety: every append is fenced
-// by the session's expected last subject sequence (natsstore), so two
+// revision), and the new node creates it at once (every node runs a step
+// when it sees a key deleted). A node that stops gracefully deletes its
+// keys at once; one that dies loses them when another node finds it gone
+// (below), or after Lease. Nothing here is needed for safety: every
+// append is fenced by the session's expected last subject sequence
+// (natsstore), so two
 // nodes that both believe they own a partition for a moment cannot both
 // append after the same record.
 //
@@ -62,6 +64,21 @@ import (
 // serves them as local calls (one hop: a forwarded call is never
 // forwarded again). When no holder is known, the holder's lease is stale,
 // or no node listens on its subject (it died), the call is served here.
+//
+// A dead holder is found before its lease lapses: its subject has no
+// listener once its NATS connection is gone, so a forwarded request (or a
+// probe sent every ProbeInterval while calls wait on it) is answered "no
+// responders" at once. Such a node is gone: calls waiting on it are
+// answered INTERNAL_ERROR (outcome unknown; resend), later calls are
+// served here without a request, and once its membership has not been
+// renewed for two Ticks and a second probe still finds no one, its keys
+// are deleted (each expecting the revision last seen), so its partitions
+// are taken at once instead of after Lease (revoke; RevokeGone, off by
+// default). A node that is
+// alive but does not answer (paused, stalled) keeps its listener: only
+// its lease lapsing moves its partitions, and its appends stay fenced. A
+// node cut off from the NATS servers loses its listener as a dead one
+// does; it cannot append until it reconnects, and then it is fenced.
 
 // OwnershipOptions tune partitioned ownership; zero values take defaults.
 type OwnershipOptions struct {
@@ -70,6 +87,19 @@ type OwnershipOptions struct {
 	// Lease is how long a key may go unchanged before its node counts as
 	// dead (3 s; at least 3 Ticks).
 	Lease time.Duration
+	// RevokeGone deletes the keys of a node found gone (no listener on its
+	// subject, its membership two Ticks late, confirmed by a second
+	// probe), so its partitions move at once instead of after Lease. Off
+	// by default: moving partitions early also moves their sessions'
+	// loads (adopt) early, into what is often the same disruption (a NATS
+	// server restarting), and a load that fails there quarantines the
+	// session on its new owner (runtime); calls are served meanwhile
+	// either way (the node that finds the owner gone serves them itself).
+	RevokeGone bool
+	// ProbeInterval is how often a node that waits for another's answer
+	// checks that something still listens on that node's subject (100 ms,
+	// at most Tick).
+	ProbeInterval time.Duration
 	// ForwardTimeout bounds a forwarded call whose context has no deadline
 	// (30 s).
 	ForwardTimeout time.Duration
@@ -92,10 +122,15 @@ type Ownership struct {
 
 	mu   sync.Mutex
 	keys map[string]*keySeen
-	// hold[p] is ended when partition p's holder, as forwarded to, stops
-	// holding it or renewing it: forwarded calls waiting on it give up.
-	hold []holdCtx
+	// peers are the other nodes calls were forwarded to: whether they are
+	// gone, and the calls waiting on them.
+	peers map[string]*peer
+	kick  chan struct{} // runs step now (a key was deleted)
 
+	life     context.Context // ends at Stop: probes stop
+	endLife  context.CancelFunc
+	revoked  atomic.Int64 // nodes whose keys this node deleted (revoke)
+	adopting atomic.Int64 // adopt goroutines running
 	rt       *runtime.Runtime
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -108,11 +143,23 @@ type Ownership struct {
 	fwdIn    atomic.Int64 // forwarded calls served here
 }
 
-type holdCtx struct {
-	node   string
-	ctx    context.Context
-	cancel context.CancelFunc
+// peer is another node as a forwarding target.
+type peer struct {
+	// ctx ends when the node is found gone (no one listens on its
+	// subject) or its membership stale: calls waiting on it give up.
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	waiters int  // forwarded calls waiting for its answer
+	probing bool // a probe goroutine runs
+	doneAt  time.Time
+	doneRev uint64 // its membership key's revision when ctx ended
+	revoked bool   // its keys were deleted (gone only)
 }
+
+var (
+	errPeerGone  = errors.New("no node listens on its subject any more (it died or lost its NATS connection)")
+	errPeerStale = errors.New("its lease is stale (it stopped renewing it)")
+)
 
 // keySeen is the last entry of a key this node saw, and when (its clock).
 type keySeen struct {
@@ -133,6 +180,10 @@ func NewOwnership(ctx context.Context, st *natsstore.Store, opts OwnershipOption
 	if opts.Lease < 3*opts.Tick {
 		opts.Lease = max(3*time.Second, 3*opts.Tick)
 	}
+	if opts.ProbeInterval <= 0 {
+		opts.ProbeInterval = 100 * time.Millisecond
+	}
+	opts.ProbeInterval = min(opts.ProbeInterval, opts.Tick)
 	if opts.ForwardTimeout <= 0 {
 		opts.ForwardTimeout = 30 * time.Second
 	}
@@ -155,11 +206,12 @@ func NewOwnership(ctx context.Context, st *natsstore.Store, opts OwnershipOption
 	}
 	var nb [8]byte
 	_, _ = rand.Read(nb[:])
+	life, endLife := context.WithCancel(context.Background())
 	return &Ownership{
 		st: st, kv: kv, self: hex.EncodeToString(nb[:]), parts: max(1, st.Partitions()), opts: opts,
 		mine: make([]atomic.Bool, max(1, st.Partitions())), keys: map[string]*keySeen{},
-		hold: make([]holdCtx, max(1, st.Partitions())),
-		sem:  make(chan struct{}, opts.MaxForwardsInFlight),
+		peers: map[string]*peer{}, kick: make(chan struct{}, 1), life: life, endLife: endLife,
+		sem: make(chan struct{}, opts.MaxForwardsInFlight),
 	}, nil
 }
 
@@ -186,6 +238,13 @@ func (w *Ownership) Owned() []int {
 // Forwarded returns the calls this node forwarded and those it served for
 // other nodes.
 func (w *Ownership) Forwarded() (out, in int64) { return w.fwdOut.Load(), w.fwdIn.Load() }
+
+// Adopting reports whether this node is still loading the OPEN sessions
+// of partitions it took.
+func (w *Ownership) Adopting() bool { return w.adopting.Load() > 0 }
+
+// Revoked is how many gone nodes' keys this node deleted (revoke).
+func (w *Ownership) Revoked() int64 { return w.revoked.Load() }
 
 func (w *Ownership) subject(node string) string {
 	return "macpd.own.fwd." + w.st.Name() + "." + node
@@ -226,7 +285,11 @@ func (w *Ownership) Start(ctx context.Context, rt *runtime.Runtime) error {
 					once.Do(func() { close(ready) })
 					continue
 				}
-				w.note(e.Key(), string(e.Value()), e.Revision(), e.Operation() != jetstream.KeyValuePut)
+				gone := e.Operation() != jetstream.KeyValuePut
+				w.note(e.Key(), string(e.Value()), e.Revision(), gone)
+				if gone && (strings.HasPrefix(e.Key(), "p.") || strings.HasPrefix(e.Key(), "m.")) {
+					w.kickStep() // a partition may be free to take
+				}
 			case <-ctx.Done():
 				return
 			}
@@ -248,6 +311,7 @@ func (w *Ownership) Start(ctx context.Context, rt *runtime.Runtime) error {
 			case <-ctx.Done():
 				return
 			case <-t.C:
+			case <-w.kick:
 			}
 		}
 	}()
@@ -288,6 +352,7 @@ func (w *Ownership) step(ctx context.Context) {
 	} else if ctx.Err() == nil {
 		w.opts.Log.Warn("renewing cluster membership failed", "err", err)
 	}
+	w.revoke(rctx, now)
 	w.mu.Lock()
 	live := []string{w.self}
 	for key, k := range w.keys {
@@ -303,9 +368,7 @@ func (w *Ownership) step(ctx context.Context) {
 			held[p].gone = true
 		}
 	}
-	for p := range w.hold {
-		_, _ = w.holderLocked(p) // ends the wait of calls forwarded to a holder gone
-	}
+	w.checkPeersLocked(now)
 	w.mu.Unlock()
 	slices.Sort(live)
 	var taken []int
@@ -350,8 +413,10 @@ func (w *Ownership) step(ctx context.Context) {
 		// Off the loop: loading many long sessions must not hold up the
 		// renewals, or this node's leases would lapse meanwhile.
 		w.wg.Add(1)
+		w.adopting.Add(1)
 		go func() {
 			defer w.wg.Done()
+			defer w.adopting.Add(-1)
 			w.adopt(ctx, taken)
 		}()
 	}
@@ -402,29 +467,203 @@ func (w *Ownership) Owns(sessionID string) bool {
 	return w.mine[w.st.PartitionOf(sessionID)].Load()
 }
 
-// holder is the node to forward partition p's calls to ("": serve here)
-// and a context that ends when it no longer holds p or stops renewing.
-func (w *Ownership) holder(p int) (string, context.Context) {
+// holder is the node to forward partition p's calls to ("": serve here):
+// its holder, unless its lease is stale or the node is gone.
+func (w *Ownership) holder(p int) string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.holderLocked(p)
+	k := w.keys[partKey(p)]
+	if k == nil || k.gone || k.val == w.self || time.Since(k.at) >= w.opts.Lease {
+		return ""
+	}
+	if pr := w.peers[k.val]; pr != nil && pr.ctx.Err() != nil {
+		return "" // gone, or its membership stale
+	}
+	return k.val
 }
 
-func (w *Ownership) holderLocked(p int) (string, context.Context) {
-	k := w.keys[partKey(p)]
-	node := ""
-	if k != nil && !k.gone && k.val != w.self && time.Since(k.at) < w.opts.Lease {
-		node = k.val
+// await registers a call waiting for node's answer, and probes node's
+// subject while calls wait; done unregisters it.
+func (w *Ownership) await(node string) (pr *peer, done func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	pr = w.peerLocked(node)
+	pr.waiters++
+	if !pr.probing && pr.ctx.Err() == nil {
+		pr.probing = true
+		go w.probe(node, pr)
 	}
-	h := &w.hold[p]
-	if h.ctx == nil || h.node != node {
-		if h.cancel != nil {
-			h.cancel()
+	return pr, func() {
+		w.mu.Lock()
+		pr.waiters--
+		w.mu.Unlock()
+	}
+}
+
+// peerLocked returns node's entry, creating it (w.mu held).
+func (w *Ownership) peerLocked(node string) *peer {
+	pr := w.peers[node]
+	if pr == nil {
+		pr = &peer{}
+		pr.ctx, pr.cancel = context.WithCancelCause(w.life)
+		w.peers[node] = pr
+	}
+	return pr
+}
+
+// probe pings node's subject every ProbeInterval while calls wait on it,
+// and finds it gone when no one listens there.
+func (w *Ownership) probe(node string, pr *peer) {
+	t := time.NewTicker(w.opts.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-pr.ctx.Done():
 		}
-		h.node = node
-		h.ctx, h.cancel = context.WithCancel(context.Background())
+		w.mu.Lock()
+		if pr.waiters == 0 || pr.ctx.Err() != nil {
+			pr.probing = false
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+		if errors.Is(w.ping(node), errPeerGone) {
+			w.gone(node)
+		}
 	}
-	return node, h.ctx
+}
+
+// ping asks whether something listens on node's subject: errPeerGone when
+// NATS answers that no one does. A node that is alive answers; a paused or
+// busy one may not answer in time (a timeout, not errPeerGone). The wait is
+// one ProbeInterval only: a ping taken by a node that dies before
+// answering must not hold up the next probe, which finds it gone.
+func (w *Ownership) ping(node string) error {
+	m := nats.NewMsg(w.subject(node))
+	m.Header.Set(hdrOp, "ping")
+	_, err := w.st.Conn().RequestMsg(m, w.opts.ProbeInterval)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return errPeerGone
+	}
+	return err
+}
+
+// gone notes that no one listens on node's subject: calls waiting on it
+// give up, later ones are served here, and step revokes its keys.
+func (w *Ownership) gone(node string) {
+	w.mu.Lock()
+	pr := w.peerLocked(node)
+	if pr.ctx.Err() == nil {
+		pr.cancel(errPeerGone)
+		pr.doneAt = time.Now()
+		if k := w.keys["m."+node]; k != nil {
+			pr.doneRev = k.rev
+		}
+		w.opts.Log.Info("a node is gone: no one listens on its subject", "node", node)
+	}
+	w.mu.Unlock()
+	w.kickStep()
+}
+
+func (w *Ownership) kickStep() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// checkPeersLocked (w.mu held, every step) ends the wait on nodes whose
+// membership went stale (paused, cut off: no answer is coming), forgets
+// nodes found gone or stale that renewed their membership since (they
+// reconnected), and entries no longer needed.
+func (w *Ownership) checkPeersLocked(now time.Time) {
+	for node, pr := range w.peers {
+		k := w.keys["m."+node]
+		if pr.ctx.Err() == nil {
+			if k != nil && (k.gone || now.Sub(k.at) >= w.opts.Lease) {
+				pr.cancel(errPeerStale)
+				pr.doneAt, pr.doneRev = now, k.rev
+			} else if pr.waiters == 0 && !pr.probing {
+				delete(w.peers, node) // created again when needed
+			}
+			continue
+		}
+		renewed := k != nil && !k.gone && k.rev > pr.doneRev && now.Sub(k.at) < w.opts.Lease
+		if pr.waiters == 0 && !pr.probing && (renewed || now.Sub(pr.doneAt) >= w.opts.Lease) {
+			delete(w.peers, node)
+		}
+	}
+}
+
+// revoke deletes the keys of nodes found gone whose membership has not
+// been renewed for two Ticks, once a probe confirms no one listens on
+// their subject: their partitions are free at once, instead of after
+// Lease. Each delete expects the revision last seen, so a key the node
+// (or a new holder) rewrote meanwhile is left alone. Safety does not rest
+// on this: appends are fenced by the store.
+func (w *Ownership) revoke(ctx context.Context, now time.Time) {
+	if !w.opts.RevokeGone {
+		return
+	}
+	w.mu.Lock()
+	var nodes []string
+	for node, pr := range w.peers {
+		if pr.revoked || context.Cause(pr.ctx) != errPeerGone {
+			continue
+		}
+		if k := w.keys["m."+node]; k != nil && !k.gone && now.Sub(k.at) < 2*w.opts.Tick {
+			continue // renewed lately: give a reconnecting node its chance
+		}
+		nodes = append(nodes, node)
+	}
+	w.mu.Unlock()
+	for _, node := range nodes {
+		if err := w.ping(node); !errors.Is(err, errPeerGone) {
+			if err == nil { // it answers again: not gone
+				w.mu.Lock()
+				if pr := w.peers[node]; pr != nil && pr.waiters == 0 && !pr.probing {
+					delete(w.peers, node)
+				}
+				w.mu.Unlock()
+			}
+			continue
+		}
+		type keyRev struct {
+			key string
+			rev uint64
+		}
+		var keys []keyRev
+		w.mu.Lock()
+		for key, k := range w.keys {
+			if !k.gone && k.val == node && (key == "m."+node || strings.HasPrefix(key, "p.")) {
+				keys = append(keys, keyRev{key, k.rev})
+			}
+		}
+		w.mu.Unlock()
+		all := true
+		for _, kr := range keys {
+			if err := w.kv.Delete(ctx, kr.key, jetstream.LastRevision(kr.rev)); err != nil {
+				all = false
+				w.opts.Log.Debug("revoking a gone node's key failed", "node", node, "key", kr.key, "err", err)
+				continue
+			}
+			w.mu.Lock()
+			if k := w.keys[kr.key]; k != nil && k.rev == kr.rev {
+				k.gone, k.val = true, "" // the watch brings the delete's revision
+			}
+			w.mu.Unlock()
+		}
+		if all {
+			w.mu.Lock()
+			if pr := w.peers[node]; pr != nil {
+				pr.revoked = true
+			}
+			w.mu.Unlock()
+			w.revoked.Add(1)
+			w.opts.Log.Info("a gone node's leases revoked", "node", node, "keys", len(keys))
+		}
+	}
 }
 
 // Forward headers.
@@ -459,9 +698,14 @@ func (w *Ownership) Forward(ctx context.Context, id coord.Identity, call runtime
 	if w.mine[p].Load() {
 		return nil, nil, false
 	}
-	node, held := w.holder(p)
+	node := w.holder(p)
 	if node == "" {
 		return nil, nil, false
+	}
+	pr, done := w.await(node)
+	defer done()
+	if pr.ctx.Err() != nil {
+		return nil, nil, false // found gone or stale meanwhile: serve here
 	}
 	idj, _ := json.Marshal(id)
 	m := nats.NewMsg(w.subject(node))
@@ -484,33 +728,28 @@ func (w *Ownership) Forward(ctx context.Context, id coord.Identity, call runtime
 		defer cancel()
 	}
 	// A holder that dies after taking the request never answers: give up
-	// when its lease is found stale or moves (step), or when a probe sent
-	// every Tick while the call waits finds no one on its subject (its
-	// connection closed), not at the deadline.
-	rctx, cancel := context.WithCancel(rctx)
-	defer cancel()
-	defer context.AfterFunc(held, cancel)()
-	var probe *time.Timer
-	probe = time.AfterFunc(w.opts.Tick, func() {
-		ping := nats.NewMsg(w.subject(node))
-		ping.Header.Set(hdrOp, "ping")
-		_, err := w.st.Conn().RequestMsg(ping, w.opts.Tick)
-		if errors.Is(err, nats.ErrNoResponders) {
-			cancel()
-		} else if rctx.Err() == nil {
-			probe.Reset(w.opts.Tick)
-		}
-	})
-	defer probe.Stop()
+	// when the probe of its subject (every ProbeInterval while calls wait
+	// on it) finds no one there (its connection closed), or its membership
+	// is found stale (step), not at the deadline. A holder that hands the
+	// partition over meanwhile still answers (it serves the call as a
+	// local one).
+	rctx, cancel := context.WithCancelCause(rctx)
+	defer cancel(nil)
+	defer context.AfterFunc(pr.ctx, func() { cancel(context.Cause(pr.ctx)) })()
 	reply, err := w.st.Conn().RequestMsgWithContext(rctx, m)
 	if errors.Is(err, nats.ErrNoResponders) {
+		w.gone(node)
 		return nil, nil, false // the holder is gone: serve here (fenced by the store)
 	}
 	w.fwdOut.Add(1)
 	if err != nil {
 		// Unknown outcome: the owner may have stored it. A resend with the
 		// same message_id is answered as a duplicate if it did.
-		msg := "the session's owner node did not answer: " + err.Error() + "; retry"
+		why := err.Error()
+		if c := context.Cause(rctx); c != nil && c != err {
+			why = c.Error()
+		}
+		msg := "the session's owner node did not answer: " + why + "; retry"
 		if call.Env == nil {
 			return nil, coord.Errorf(coord.CodeInternalError, "%s", msg), true
 		}
@@ -639,6 +878,7 @@ func lifecycleElsewhere(rt *runtime.Runtime, recs []session.Record) {
 // membership are deleted first, so other nodes take its partitions at
 // their next tick instead of after Lease.
 func (w *Ownership) Stop() {
+	w.endLife()
 	if w.cancel == nil {
 		return
 	}

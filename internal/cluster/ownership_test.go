@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"slices"
@@ -9,9 +10,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
+	"github.com/macpd/macpd/internal/cluster"
 	"github.com/macpd/macpd/internal/config"
 	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/mode/builtin"
+	"github.com/macpd/macpd/internal/natstest"
+	"github.com/macpd/macpd/internal/policy"
+	"github.com/macpd/macpd/internal/registry"
+	"github.com/macpd/macpd/internal/runtime"
+	"github.com/macpd/macpd/internal/store/natsstore"
 )
 
 // waitBalanced waits until the nodes live hold every partition between
@@ -34,6 +45,29 @@ func (e *env) waitBalanced(t testing.TB, live []int) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("partitions not balanced over nodes %v: %d held", live, total)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// foWaitAdopted waits until no node is loading the sessions of partitions
+// it took: the next kill then starts from a settled cluster, and (e) does
+// not count replays left over from the previous restart's rebalancing.
+func (e *env) foWaitAdopted(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		busy := false
+		for i := range e.nodes {
+			if a := e.node(i); a != nil && a.Ownership().Adopting() {
+				busy = true
+			}
+		}
+		if !busy {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nodes still loading the sessions of partitions taken after 60 s")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -118,8 +152,10 @@ func ownershipFailover(t testing.TB, kills, sessions int) []time.Duration {
 				default:
 				}
 				if k%perSession == 0 {
+					// One initiator per client: an initiator may hold 100
+					// OPEN sessions on a node, and a long loop starts more.
 					next := newSID()
-					if _, ok := definite(si+k, initID.Sender, func() *macpv1.Envelope { return startEnv(next, "m0", 600_000) }); !ok {
+					if _, ok := definite(si+k, initiator(100+si).Sender, func() *macpv1.Envelope { return startEnv(next, "m0", 600_000) }); !ok {
 						return
 					}
 					sid = next
@@ -190,7 +226,9 @@ func ownershipFailover(t testing.TB, kills, sessions int) []time.Duration {
 		e.startNode(victim)
 		t2 := time.Now()
 		e.waitBalanced(t, []int{0, 1, 2})
-		t.Logf("kill %d: restart %v, balanced %v later", kill, t2.Sub(t1), time.Since(t2))
+		t3 := time.Now()
+		e.foWaitAdopted(t)
+		t.Logf("kill %d: restart %v, balanced %v later, sessions of the partitions taken loaded %v after that", kill, t2.Sub(t1), t3.Sub(t2), time.Since(t3))
 	}
 	time.Sleep(300 * time.Millisecond)
 	close(stop)
@@ -251,5 +289,151 @@ func BenchmarkFailover(b *testing.B) {
 		b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "failover_median_ms")
 		b.ReportMetric(float64(times[len(times)-1].Microseconds())/1000, "failover_max_ms")
 		b.ReportMetric(float64(len(times)), "kills")
+	}
+}
+
+// foNode is one node of the failover tests below: a runtime on its own
+// store connection with partitioned ownership (tick 100 ms, lease lease,
+// RevokeGone).
+type foNode struct {
+	ns   *natsstore.Store
+	rt   *runtime.Runtime
+	own  *cluster.Ownership
+	node *cluster.Node
+}
+
+func foStartNode(t *testing.T, url string, parts int, lease time.Duration) *foNode {
+	t.Helper()
+	ctx := context.Background()
+	ns, err := natsstore.Open(ctx, natsstore.Options{URL: url, Replicas: 1, Partitions: parts, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := registry.New(ns, builtin.Modes(), policy.DefaultOnly{}, registry.Options{})
+	if err := reg.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	own, err := cluster.NewOwnership(ctx, ns, cluster.OwnershipOptions{Tick: 100 * time.Millisecond, Lease: lease, RevokeGone: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := runtime.New(ns, reg, reg, runtime.Options{Forwarder: own})
+	rt.EnableSharedStore()
+	after, err := ns.LastPosition(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	node, err := cluster.Start(ctx, ns, rt, reg, after, nil, own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := own.Start(ctx, rt); err != nil {
+		t.Fatal(err)
+	}
+	n := &foNode{ns: ns, rt: rt, own: own, node: node}
+	t.Cleanup(n.stop)
+	return n
+}
+
+func (n *foNode) stop() {
+	n.own.Stop()
+	n.node.Stop()
+	n.rt.Close()
+	_ = n.ns.Close()
+}
+
+// A node that holds partitions and dies (its NATS connection gone) loses
+// them at once, not when its lease lapses; one that is connected but does
+// not answer (paused, cut off from the other nodes) keeps them: calls
+// forwarded to it wait, and no other node takes its partitions. The lease
+// is an hour, so only the owner's death can move anything here.
+func TestOwnershipGoneHolderRevoked(t *testing.T) {
+	srv := natstest.Run(t)
+	ctx := context.Background()
+	// A silent holder: a membership and both partitions' keys, a listener
+	// on its subject that never answers, no renewals.
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	a0 := foStartNode(t, srv.ClientURL(), 2, time.Hour) // creates the streams and bucket
+	a0.stop()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, "macp_owners")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"p.0", "p.1"} { // a0's keys, deleted at its Stop
+		if e, err := kv.Get(ctx, key); err == nil && e.Operation() == jetstream.KeyValuePut {
+			t.Fatalf("%s still held by %s after a graceful stop", key, e.Value())
+		}
+	}
+	const silent = "5ilent"
+	if _, err := nc.SubscribeSync("macpd.own.fwd.macp." + silent); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"m." + silent, "p.0", "p.1"} {
+		if _, err := kv.Put(ctx, key, []byte(silent)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := foStartNode(t, srv.ClientURL(), 2, time.Hour)
+	sid := newSID()
+	res := make(chan *macpv1.Ack, 1)
+	go func() {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		res <- a.rt.Send(cctx, initID, startEnv(sid, "m0", 600_000))
+	}()
+	// Probes (every 100 ms) are not answered, but something listens: the
+	// holder may be alive, so the call waits and its partitions stay.
+	time.Sleep(time.Second)
+	select {
+	case ack := <-res:
+		t.Fatalf("a call forwarded to a connected holder was answered without it: %s", ackString(ack))
+	default:
+	}
+	if got := a.own.Owned(); len(got) != 0 || a.own.Revoked() != 0 {
+		t.Fatalf("partitions %v taken (revoked %d) from a holder that is still connected", got, a.own.Revoked())
+	}
+	nc.Close() // the holder dies
+	var ack *macpv1.Ack
+	select {
+	case ack = <-res:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a call waiting on a dead holder was not answered")
+	}
+	if ack.GetOk() || ack.GetError().GetCode() != "INTERNAL_ERROR" {
+		t.Fatalf("call waiting on a dead holder: %s, want INTERNAL_ERROR (outcome unknown, resend)", ackString(ack))
+	}
+	if a := a.rt.Send(ctx, initID, startEnv(sid, "m0", 600_000)); !a.GetOk() {
+		t.Fatalf("resend after the holder died: %s", ackString(a))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(a.own.Owned()) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the dead holder's partitions were not taken (held here: %v, revoked %d); its lease is an hour", a.own.Owned(), a.own.Revoked())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if a.own.Revoked() != 1 {
+		t.Fatalf("revoked %d nodes, want 1", a.own.Revoked())
+	}
+	out, _ := a.own.Forwarded()
+	if b := a.rt.Send(ctx, aliceID, proposalEnv(sid, "p1")); !b.GetOk() {
+		t.Fatalf("proposal on the partition taken: %s", ackString(b))
+	}
+	if o, _ := a.own.Forwarded(); o != out {
+		t.Fatalf("a call on a partition now held here was forwarded")
 	}
 }
