@@ -11,6 +11,7 @@ import (
 
 	macpv1 "github.com/macpd/macpd/gen/macp/v1"
 	"github.com/macpd/macpd/internal/coord"
+	"github.com/macpd/macpd/internal/replay"
 	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
 )
@@ -97,10 +98,25 @@ func (r *Runtime) sessionOwner(ctx context.Context, id string) (*owner, *coord.E
 		if ctx.Err() != nil {
 			return nil, coord.Errorf(coord.CodeInternalError, "request cancelled")
 		}
+		if !damaged(err) {
+			// The store failed to answer (a timeout, a lost connection):
+			// nothing says the history is bad, so the next call loads it
+			// again instead of finding it quarantined until a restart.
+			r.log.Error("loading session failed", "session_id", id, "err", err)
+			return nil, coord.Errorf(coord.CodeInternalError, "session %s is unavailable", id)
+		}
 		r.quarantine(id, err.Error())
 		return nil, quarantineErr(id, err.Error())
 	}
 	return r.adopt(s), nil
+}
+
+// damaged: err says that a stored history is bad (a record that fails its
+// checks, store.ErrCorrupt, or one the core refuses, *replay.Error), not
+// that the store failed to serve it. Only such a session is quarantined.
+func damaged(err error) bool {
+	var refused *replay.Error
+	return errors.Is(err, store.ErrCorrupt) || errors.As(err, &refused)
 }
 
 // adopt makes a replayed session resident, unless another goroutine did

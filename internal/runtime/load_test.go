@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/policy"
 	"github.com/macpd/macpd/internal/registry"
+	"github.com/macpd/macpd/internal/session"
 	"github.com/macpd/macpd/internal/store"
 	"github.com/macpd/macpd/internal/store/memstore"
 )
@@ -147,5 +150,65 @@ func TestExtModesAreDurable(t *testing.T) {
 	other := &macpv1.ModeDescriptor{Mode: "ext.vote.v1", ModeVersion: "2.0.0", MessageTypes: []string{"Ballot"}}
 	if err := reg3.RegisterExtMode(admin, other); err == nil {
 		t.Fatal("re-registered a retired name with another descriptor")
+	}
+}
+
+// readFailStore fails every Read while failing is set, the way a remote
+// store fails to answer (a timeout): the history itself is sound.
+type readFailStore struct {
+	store.Store
+	failing atomic.Bool
+}
+
+var errStoreTimeout = errors.New("store: request timed out")
+
+func (s *readFailStore) Read(ctx context.Context, id string, from uint64, fn func(session.Record) error) error {
+	if s.failing.Load() {
+		return errStoreTimeout
+	}
+	return s.Store.Read(ctx, id, from, fn)
+}
+
+// A store that fails to serve a history is not a damaged history: a
+// session loaded on demand (a call, a follower, a partition taken over)
+// while the store fails to answer is not quarantined (that lasted until
+// the process restarted, so a sound session stayed unusable on a live node
+// after one timeout). The load answers INTERNAL_ERROR and the next one,
+// once the store answers, serves the session. A history the core refuses
+// is still quarantined (TestRecoveryQuarantinesUnreplayableHistory); boot
+// still quarantines what it cannot read (TestRecoveryReplaysInParallel),
+// so that one unreadable session does not keep a node from serving the
+// others.
+func TestStoreReadFailureIsNotQuarantine(t *testing.T) {
+	fs := &readFailStore{Store: memstore.New()}
+	r1 := newRT(t, fs, Options{})
+	open := openSession(t, r1, 0)
+	done := openSession(t, r1, 0)
+	mustOK(t, r1, initID, commitEnv(done, "c", "c1"))
+	r1.Close()
+
+	r2 := newRT(t, fs, Options{}) // the OPEN session loads; the terminal one waits to be asked for
+	if resident(r2, done) {
+		t.Fatal("terminal session loaded at boot")
+	}
+	fs.failing.Store(true)
+	for range 2 {
+		cerr := r2.Inspect(context.Background(), done, func(*session.Session) {})
+		if cerr == nil || cerr.Code != coord.CodeInternalError {
+			t.Fatalf("Inspect while the store fails: %v, want INTERNAL_ERROR", cerr)
+		}
+	}
+	if q := r2.Quarantined(); len(q) != 0 {
+		t.Fatalf("a store failure quarantined %v", q)
+	}
+	fs.failing.Store(false)
+	if v := inspect(t, r2, done); v.seq != 3 {
+		t.Fatalf("after the store recovered: %+v, want the whole history (3 records)", v)
+	}
+	if ack := r2.Send(context.Background(), initID, proposalEnv(done, "m1")); !ack.Ok || !ack.Duplicate {
+		t.Fatalf("resend after the store recovered: %v, want a duplicate", ack)
+	}
+	if v := inspect(t, r2, open); v.seq != 2 {
+		t.Fatalf("open session: %+v", v)
 	}
 }
