@@ -92,9 +92,10 @@ type OwnershipOptions struct {
 	// probe), so its partitions move at once instead of after Lease. Off
 	// by default: moving partitions early also moves their sessions'
 	// loads (adopt) early, into what is often the same disruption (a NATS
-	// server restarting), and a load that fails there quarantines the
-	// session on its new owner (runtime); calls are served meanwhile
-	// either way (the node that finds the owner gone serves them itself).
+	// server restarting), where they time out and are paid again on
+	// demand; calls are served meanwhile either way (the node that finds
+	// the owner gone serves them itself), so what it gains is the dead
+	// node's deadlines and adoption about 2 s sooner.
 	RevokeGone bool
 	// ProbeInterval is how often a node that waits for another's answer
 	// checks that something still listens on that node's subject (100 ms,
