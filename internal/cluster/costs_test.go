@@ -687,9 +687,9 @@ func fmtIO(p costPhase, names []string) string {
 }
 
 // BenchmarkResidentScan measures, in one process on the in-memory store,
-// what a node pays per resident OPEN session and per ownership tick: the
+// what a node pays per resident OPEN session and per release scan: the
 // time of one runtime.Release (the scan of every resident session the
-// ownership loop runs every 500 ms, holding the runtime's session map
+// ownership loop runs after a lost partition and every 10 s, holding the runtime's session map
 // lock, which every Send's lookup also takes) divided by the sessions,
 // and the live heap per session (each started and given one Proposal;
 // runtime.ReadMemStats after a forced collection). Sessions:

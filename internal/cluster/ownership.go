@@ -140,8 +140,12 @@ type Ownership struct {
 	serving  sync.WaitGroup // forwarded calls being served
 	abandon  atomic.Bool
 	resident atomic.Int64
-	fwdOut   atomic.Int64 // calls forwarded to another node
-	fwdIn    atomic.Int64 // forwarded calls served here
+	// scanned: the partitions held at the last release scan, and the
+	// steps since (step's goroutine only).
+	scanned   []bool
+	sinceScan int
+	fwdOut    atomic.Int64 // calls forwarded to another node
+	fwdIn     atomic.Int64 // forwarded calls served here
 }
 
 // peer is another node as a forwarding target.
@@ -421,7 +425,35 @@ func (w *Ownership) step(ctx context.Context) {
 			w.adopt(ctx, taken)
 		}()
 	}
-	w.resident.Store(int64(w.rt.Release()))
+	w.resident.Store(int64(w.release()))
+}
+
+// releaseEvery is how many steps may pass without a release scan while no
+// partition was lost (what it then drops: sessions loaded here for a
+// read or a follower that has left).
+const releaseEvery = 20
+
+// release evicts the idle sessions of partitions this node no longer
+// holds (runtime.Release) when it lost one since the last scan, or every
+// releaseEvery steps, and returns how many sessions stay resident. The
+// scan visits every resident session holding the runtime's session map
+// (every Send waits meanwhile), so it does not run on every step: with
+// 10^5 resident sessions one scan takes tens of milliseconds.
+func (w *Ownership) release() int {
+	if w.scanned == nil {
+		w.scanned = make([]bool, len(w.mine))
+	}
+	lost := false
+	for p := range w.mine {
+		held := w.mine[p].Load()
+		lost = lost || (w.scanned[p] && !held)
+		w.scanned[p] = held
+	}
+	if w.sinceScan++; !lost && w.sinceScan < releaseEvery {
+		return w.rt.Resident()
+	}
+	w.sinceScan = 0
+	return w.rt.Release()
 }
 
 // adopt loads the OPEN sessions of partitions just taken, so that their

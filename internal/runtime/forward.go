@@ -43,6 +43,13 @@ func (r *Runtime) owns(id string) bool { return r.opts.Forwarder == nil || r.opt
 // Release runs evictIdle now: it drops idle sessions another node owns.
 func (r *Runtime) Release() int { return r.evictIdle() }
 
+// Resident is how many sessions are in memory.
+func (r *Runtime) Resident() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return len(r.sessions)
+}
+
 // idle: o has nothing in flight, no followers and is not broken (o.mu held).
 func (o *owner) idle() bool {
 	o.durableMu.Lock()
