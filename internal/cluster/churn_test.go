@@ -48,28 +48,34 @@ func (s sessionState) with(id string) sessionState {
 	return sessionState{ids: strings.Join(ids, ","), resolved: s.resolved}
 }
 
+// bySession partitions a history by session, in the order sessions first
+// appear (porcupine checks each partition on its own).
+func bySession(sid func(input any) string) func([]porcupine.Operation) [][]porcupine.Operation {
+	return func(h []porcupine.Operation) [][]porcupine.Operation {
+		by := map[string][]porcupine.Operation{}
+		var keys []string
+		for _, op := range h {
+			k := sid(op.Input)
+			if _, ok := by[k]; !ok {
+				keys = append(keys, k)
+			}
+			by[k] = append(by[k], op)
+		}
+		out := make([][]porcupine.Operation, 0, len(keys))
+		for _, k := range keys {
+			out = append(out, by[k])
+		}
+		return out
+	}
+}
+
 // sessionModel: a resend of an accepted message_id is accepted (a
 // duplicate, DET idempotency); a new envelope is accepted while the
 // session is OPEN and refused once it is resolved; the first accepted
 // Commitment resolves it.
 var sessionModel = porcupine.Model{
-	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-		by := map[string][]porcupine.Operation{}
-		var keys []string
-		for _, op := range h {
-			sid := op.Input.(sendInput).sid
-			if _, ok := by[sid]; !ok {
-				keys = append(keys, sid)
-			}
-			by[sid] = append(by[sid], op)
-		}
-		var out [][]porcupine.Operation
-		for _, k := range keys {
-			out = append(out, by[k])
-		}
-		return out
-	},
-	Init: func() any { return sessionState{ids: "m1"} },
+	Partition: bySession(func(in any) string { return in.(sendInput).sid }),
+	Init:      func() any { return sessionState{ids: "m1"} },
 	Step: func(state, input, output any) (bool, any) {
 		s, in, out := state.(sessionState), input.(sendInput), output.(sendOutput)
 		switch {

@@ -831,23 +831,8 @@ const (
 // without effect: its return time is infinite); the read must see
 // exactly the model's set of message ids and resolution.
 var nemesisModel = porcupine.Model{
-	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-		by := map[string][]porcupine.Operation{}
-		var keys []string
-		for _, op := range h {
-			sid := op.Input.(nemInput).sid
-			if _, ok := by[sid]; !ok {
-				keys = append(keys, sid)
-			}
-			by[sid] = append(by[sid], op)
-		}
-		var out [][]porcupine.Operation
-		for _, k := range keys {
-			out = append(out, by[k])
-		}
-		return out
-	},
-	Init: func() any { return sessionState{ids: "m1"} },
+	Partition: bySession(func(in any) string { return in.(nemInput).sid }),
+	Init:      func() any { return sessionState{ids: "m1"} },
 	Step: func(state, input, output any) (bool, any) {
 		s, in, out := state.(sessionState), input.(nemInput), output.(nemOutput)
 		switch {
