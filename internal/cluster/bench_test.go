@@ -226,19 +226,7 @@ func initiator(k int) coord.Identity {
 // follows.
 func openRaw(b *testing.B, e *env) *natsstore.Store {
 	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for {
-		raw, err := natsstore.Open(ctx, natsstore.Options{URL: e.nats.AllURLs(), Name: "raw", Partitions: benchParts, Replicas: 3, Timeout: 2 * time.Second})
-		if err == nil {
-			b.Cleanup(func() { raw.Close() })
-			return raw
-		}
-		if ctx.Err() != nil {
-			b.Fatal(err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	return openStoreRetry(b, natsstore.Options{URL: e.nats.AllURLs(), Name: "raw", Partitions: benchParts, Replicas: 3, Timeout: 2 * time.Second})
 }
 
 // rawPublish publishes sessions*perSession messages with nats.go to raw's

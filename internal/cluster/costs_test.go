@@ -649,7 +649,10 @@ func openRawURLs(b *testing.B, urls string) *natsstore.Store {
 	return openStoreRetry(b, natsstore.Options{URL: urls, Name: "raw", Replicas: 3, Timeout: 2 * time.Second})
 }
 
+// openStoreRetry opens a store, retrying for up to a minute while the
+// servers elect their stream leaders.
 func openStoreRetry(b *testing.B, opts natsstore.Options) *natsstore.Store {
+	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for {
