@@ -7,6 +7,7 @@ import (
 
 	"github.com/macpd/macpd/internal/coord"
 	"github.com/macpd/macpd/internal/session"
+	"github.com/macpd/macpd/internal/store"
 )
 
 // owner is the single owner of one session. mu serializes decisions; the
@@ -79,6 +80,11 @@ func (r *Runtime) heal(ctx context.Context, o *owner) error {
 	}
 	if err := o.waitIdle(ctx); err != nil {
 		return err
+	}
+	// Nothing of the session is in flight: a shared store may take its
+	// appends again (store.Fencer), decided on what replay reads.
+	if f, ok := r.store.(store.Fencer); ok {
+		f.Unfence(o.id)
 	}
 	s, err := r.replay(ctx, o.id, o.sess.Seq)
 	if err != nil {

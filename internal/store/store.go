@@ -74,6 +74,17 @@ type Pipeliner interface {
 	AppendAsync(ctx context.Context, recs []session.Record) (wait func() error, err error)
 }
 
+// Fencer is implemented by stores that several writers share
+// (natsstore). Once an append of a session has failed, the store refuses
+// the session's later appends with ErrConflict, whatever their sequence
+// numbers: they may have been decided on the records that were not stored
+// (a pipelined caller learns of the failure only from a later wait). The
+// refusal lasts until the caller, with nothing of the session in flight,
+// calls Unfence and rebuilds its copy from what is stored.
+type Fencer interface {
+	Unfence(sessionID string)
+}
+
 // Store is the durable history of all sessions.
 //
 // Integrity chain (RFC-MACP-0003 §6): Append sets each record's PrevHash

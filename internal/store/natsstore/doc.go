@@ -93,6 +93,17 @@
 // that were not stored) and is not sent; once the store failed closed
 // every later wait fails with ErrFailed.
 //
+// A caller that pipelines learns of a failed part only from its wait, and
+// may meanwhile have started appends decided on the records that were not
+// stored. A part queued behind the failed one fails with it; one started
+// after it was settled would find the session's stored tip and could
+// continue it by sequence number alone. So Store implements store.Fencer:
+// once a part of a session failed, every later AppendAsync or Append
+// holding records of the session is ErrConflict (nothing of that call is
+// written) until Unfence(session), which the runtime calls when it
+// rebuilds the session from the store with nothing of it in flight. A
+// fence costs one map entry per session, kept until Unfence.
+//
 // # Reads
 //
 // Read walks the session's messages in its stream's order (a direct

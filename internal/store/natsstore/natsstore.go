@@ -107,6 +107,9 @@ type Store struct {
 	tips        map[string]tip     // session id -> last known message
 	pend        map[string]pending // session id -> parts in flight
 	quarantined map[string]string  // session id -> why
+	// fenced: sessions an append of which failed, refused until Unfence
+	// (store.Fencer).
+	fenced map[string]struct{}
 }
 
 // tip is what the store knows of a session's last stored message.
@@ -141,7 +144,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		opts.ResolveTimeout = 30 * time.Second
 	}
 	s := &Store{opts: opts, nc: opts.Conn, prefix: opts.Name + ".hist.", instance: newID()[:16],
-		tips: make(map[string]tip), pend: make(map[string]pending), quarantined: make(map[string]string)}
+		tips: make(map[string]tip), pend: make(map[string]pending), quarantined: make(map[string]string), fenced: make(map[string]struct{})}
 	if s.nc == nil {
 		nopts := append([]nats.Option{
 			nats.Name("macpd"),

@@ -64,10 +64,12 @@ func TestAppendAsyncPipelined(t *testing.T) {
 
 // Another node appends to a session while this one has appends of it in
 // flight: the first append that expected the overtaken state is
-// ErrConflict, so is the one queued on it (it continued records that were
-// not stored), and nothing of either is stored; other sessions in the
-// same calls are stored (one message per session). The store stays usable
-// and continues the session from what is stored.
+// ErrConflict, and so is the one started behind it, which continued
+// records that were not stored: refused at its wait if it was queued on
+// the failed one (its other session, one message per session, is stored),
+// or at once if the failed one had already settled (the session is
+// fenced: nothing of the call is written). Which of the two happens is a
+// race; the outcome of each is checked.
 func TestAppendAsyncOvertakenByAnotherNode(t *testing.T) {
 	srv := natstest.Run(t)
 	s := open(t, srv, "race", 0)
@@ -85,26 +87,83 @@ func TestAppendAsyncOvertakenByAnotherNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	w2, err := s.AppendAsync(ctx, []session.Record{rec("a", 4), rec("y", 1)})
+	queued := err == nil
+	if !queued && !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("append started after the overtaken one = %v, want ErrConflict", err)
+	}
+	if err := w1(); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("overtaken append = %v, want ErrConflict", err)
+	}
+	if queued {
+		if err := w2(); !errors.Is(err, store.ErrConflict) {
+			t.Fatalf("append queued on the overtaken one = %v, want ErrConflict", err)
+		}
+	}
+	a := readAll(t, other, "a")
+	if len(a) != 3 || a[2].AcceptedAtMs != 3 {
+		t.Fatalf("a: %d records", len(a))
+	}
+	wantY := 0
+	if queued {
+		wantY = 1
+	}
+	if n := len(readAll(t, other, "x")); n != 1 {
+		t.Fatalf("x: %d records, want 1", n)
+	}
+	if last, err := other.LastSeq(ctx, "y"); last != uint64(wantY) {
+		t.Fatalf("y: last seq %d (%v), want %d (queued: %v)", last, err, wantY, queued)
+	}
+	unfenceThenContinue(t, s, other)
+}
+
+// The race above with its order fixed: the overtaken append has settled
+// (its wait returned) before the next one of the session starts. The next
+// one continues the stored tip by its sequence number, but it was decided
+// on the record that was refused: it is ErrConflict at once and nothing of
+// the call is written, its other session's records included.
+func TestAppendAsyncAfterAFailedOneIsFenced(t *testing.T) {
+	srv := natstest.Run(t)
+	s := open(t, srv, "fence", 0)
+	other := open(t, srv, "fence", 0)
+	if err := s.Append(ctx, recs("a", 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Append(ctx, []session.Record{rec("a", 3)}); err != nil {
+		t.Fatal(err)
+	}
+	w1, err := s.AppendAsync(ctx, []session.Record{rec("a", 3)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := w1(); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("overtaken append = %v, want ErrConflict", err)
 	}
-	if err := w2(); !errors.Is(err, store.ErrConflict) {
-		t.Fatalf("append queued on the overtaken one = %v, want ErrConflict", err)
+	if _, err := s.AppendAsync(ctx, []session.Record{rec("a", 4), rec("y", 1)}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("AppendAsync after the failed one = %v, want ErrConflict", err)
 	}
-	a := readAll(t, other, "a")
-	if len(a) != 3 || a[2].AcceptedAtMs != 3 {
-		t.Fatalf("a: %d records", len(a))
+	if err := s.Append(ctx, []session.Record{rec("a", 4)}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("Append after the failed one = %v, want ErrConflict", err)
 	}
-	for _, id := range []string{"x", "y"} {
-		if n := len(readAll(t, other, id)); n != 1 {
-			t.Fatalf("%s: %d records, want 1", id, n)
-		}
+	if n := len(readAll(t, other, "a")); n != 3 {
+		t.Fatalf("a: %d records, want 3", n)
 	}
+	if _, err := other.LastSeq(ctx, "y"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("y after the refused call: LastSeq = %v, want ErrNotFound (nothing written)", err)
+	}
+	// Another session of the same store is not fenced.
+	if err := s.Append(ctx, []session.Record{rec("z", 1)}); err != nil {
+		t.Fatalf("another session: %v", err)
+	}
+	unfenceThenContinue(t, s, other)
+}
+
+// unfenceThenContinue: once the caller has rebuilt "a" (three records
+// stored) and unfenced it, its record 4 is stored.
+func unfenceThenContinue(t *testing.T, s, other store.Store) {
+	t.Helper()
+	s.(store.Fencer).Unfence("a")
 	if err := s.Append(ctx, []session.Record{rec("a", 4)}); err != nil {
-		t.Fatalf("append after the conflict: %v", err)
+		t.Fatalf("append after Unfence: %v", err)
 	}
 	if n := len(readAll(t, other, "a")); n != 4 {
 		t.Fatalf("a: %d records, want 4", n)

@@ -52,7 +52,18 @@ type pending struct {
 	part *part
 }
 
-var _ store.Pipeliner = (*Store)(nil)
+var (
+	_ store.Pipeliner = (*Store)(nil)
+	_ store.Fencer    = (*Store)(nil)
+)
+
+// Unfence implements store.Fencer: the session's appends are judged by
+// their sequence numbers again.
+func (s *Store) Unfence(sessionID string) {
+	s.mu.Lock()
+	delete(s.fenced, sessionID)
+	s.mu.Unlock()
+}
 
 // Append implements store.Store: AppendAsync, then its wait.
 func (s *Store) Append(ctx context.Context, recs []session.Record) error {
@@ -161,6 +172,10 @@ func (s *Store) place(ctx context.Context, p *part) error {
 		if why, ok := s.quarantined[p.id]; ok {
 			s.mu.Unlock()
 			return fmt.Errorf("%w: session %s is quarantined: %s", store.ErrCorrupt, p.id, why)
+		}
+		if _, ok := s.fenced[p.id]; ok {
+			s.mu.Unlock()
+			return fmt.Errorf("%w: session %s: an earlier append of the session failed and the session was not read again since", store.ErrConflict, p.id)
 		}
 		if pd, ok := s.pend[p.id]; ok {
 			s.mu.Unlock()
@@ -287,6 +302,7 @@ func (s *Store) run(ctx context.Context, p, dep *part) {
 	}
 	if err != nil {
 		delete(s.tips, p.id)
+		s.fenced[p.id] = struct{}{}
 	}
 	s.mu.Unlock()
 	for _, q := range group {
