@@ -77,3 +77,19 @@ func TestHealUnfencesTheSession(t *testing.T) {
 		t.Fatalf("Unfence calls %v, want one for %s", st.unfenced, sid)
 	}
 }
+
+// A SessionStart whose append failed leaves its id fenced in a shared
+// store; the runtime forgets the session and unfences the id, so the
+// client's retry of the start is stored.
+func TestFailedStartUnfencesTheID(t *testing.T) {
+	st := &fenceStore{faultStore: newFaultStore(), fenced: make(map[string]bool)}
+	r := newRT(t, st, Options{})
+	sid := newSID()
+	st.failNext(sid, 1)
+	wantCode(t, r.Send(context.Background(), initID, startEnv(sid, "m0", 60_000)), coord.CodeInternalError)
+	mustOK(t, r, initID, startEnv(sid, "m0", 60_000))
+	mustOK(t, r, initID, proposalEnv(sid, "m1"))
+	if ids := storedIDs(t, st, sid); !slices.Equal(ids, []string{"m0", "m1"}) {
+		t.Fatalf("store holds %v", ids)
+	}
+}

@@ -81,11 +81,7 @@ func (r *Runtime) heal(ctx context.Context, o *owner) error {
 	if err := o.waitIdle(ctx); err != nil {
 		return err
 	}
-	// Nothing of the session is in flight: a shared store may take its
-	// appends again (store.Fencer), decided on what replay reads.
-	if f, ok := r.store.(store.Fencer); ok {
-		f.Unfence(o.id)
-	}
+	r.unfence(o.id) // decided on what replay reads
 	s, err := r.replay(ctx, o.id, o.sess.Seq)
 	if err != nil {
 		return err
@@ -101,6 +97,15 @@ func (r *Runtime) heal(ctx context.Context, o *owner) error {
 	r.armExpiry(s)
 	r.log.Warn("session rebuilt from store after a failed append", "session_id", o.id, "seq", s.Seq)
 	return nil
+}
+
+// unfence tells a shared store that fences a session after a failed
+// append (store.Fencer) that the session's next appends are decided anew:
+// called with nothing of the session in flight.
+func (r *Runtime) unfence(id string) {
+	if f, ok := r.store.(store.Fencer); ok {
+		f.Unfence(id)
+	}
 }
 
 // lookup returns the owner of a session, or nil.

@@ -159,6 +159,11 @@ func (r *Runtime) forget(o *owner) {
 	}
 	r.mu.Unlock()
 	o.sess = nil
+	// A start that failed may have fenced the id (store.Fencer): once
+	// what was decided on it is answered, a new start may use the id.
+	if o.waitIdle(context.Background()) == nil {
+		r.unfence(o.id)
+	}
 }
 
 // step offers a session-scoped envelope (sender bound, structure checked) to
