@@ -73,7 +73,18 @@ type Options struct {
 	// timeout, a lost connection) is resolved by reading the stream and
 	// retrying, before the store fails closed (default 30 s).
 	ResolveTimeout time.Duration
+	// ConsumerReadMin is the number of records from which Read gets a
+	// session's messages from an ephemeral consumer (one batch) rather
+	// than one request per message (0: DefaultConsumerReadMin; negative:
+	// never).
+	ConsumerReadMin int
 }
+
+// DefaultConsumerReadMin: a consumer costs about as much as 25-30
+// requests (created, fetched, deleted: three JetStream round trips, two of
+// them through the meta leader), so shorter sessions are read one message
+// at a time (BenchmarkReadLongSession).
+const DefaultConsumerReadMin = 32
 
 // DefaultPartitions is the number of history streams of a new deployment
 // when Options.Partitions is 0.
@@ -142,6 +153,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	if opts.ResolveTimeout <= 0 {
 		opts.ResolveTimeout = 30 * time.Second
+	}
+	if opts.ConsumerReadMin == 0 {
+		opts.ConsumerReadMin = DefaultConsumerReadMin
 	}
 	s := &Store{opts: opts, nc: opts.Conn, prefix: opts.Name + ".hist.", instance: newID()[:16],
 		tips: make(map[string]tip), pend: make(map[string]pending), quarantined: make(map[string]string), fenced: make(map[string]struct{})}
@@ -483,48 +497,56 @@ func newID() string {
 
 // ---- reads ----------------------------------------------------------------
 
-// Read implements store.Store. If the session's last message holds the
-// record before from, that message alone (one request), its chain checked
-// from that record; else the session's messages in stream order, one
-// request each, the chain checked from record 1.
+// Read implements store.Store. It first gets the session's last message
+// (one request). If that message holds the record before from, or the
+// session's first record, it alone is read, its chain checked from its
+// first record. Otherwise the session's messages are read in stream order
+// and the chain is checked from record 1: through an ephemeral consumer
+// when the session has at least ConsumerReadMin records (one batch; the
+// messages up to the last one seen), then one request per message for
+// what that did not deliver (all of it when the consumer could not be
+// made) and for anything appended since.
 func (s *Store) Read(ctx context.Context, id string, from uint64, fn func(session.Record) error) error {
 	if err := s.check(); err != nil {
 		return err
 	}
-	if from > 1 {
-		// The records from from on, and the one before them, are often
-		// all in the session's last message (a reader catching up):
-		// one request, the chain checked from the record before from.
-		m, err := s.lastMsg(ctx, id)
+	last, err := s.lastMsg(ctx, id)
+	if err != nil {
+		return err
+	}
+	first, err := strconv.ParseUint(last.Header.Get(HeaderSeq), 10, 64)
+	if err == nil && first > 0 && (first < from || first == 1) {
+		recs, err := decodeMsg(id, last)
 		if err != nil {
+			s.quarantine(id, err)
 			return err
 		}
-		if first, err := strconv.ParseUint(m.Header.Get(HeaderSeq), 10, 64); err == nil && first > 0 && first < from {
-			recs, err := decodeMsg(id, m)
-			if err != nil {
-				s.quarantine(id, err)
-				return err
-			}
-			chain := &record.Chain{SessionID: id, Seq: recs[0].Seq - 1, Hash: recs[0].PrevHash}
-			for _, r := range recs {
-				if err := chain.Next(r); err != nil {
-					s.quarantine(id, err)
-					return err
-				}
-				if r.Seq < from {
-					continue
-				}
-				if err := fn(r); err != nil {
-					return err
-				}
-			}
-			return nil
+		chain := &record.Chain{SessionID: id, Seq: recs[0].Seq - 1, Hash: recs[0].PrevHash}
+		if first == 1 {
+			chain = record.NewChain(id)
 		}
+		return s.deliver(id, chain, recs, from, fn)
 	}
 	subj, st := s.Subject(id), s.streamOf(id)
 	chain := record.NewChain(id)
 	next := uint64(1)
-	found := false
+	each := func(m *jetstream.RawStreamMsg) error {
+		recs, err := decodeMsg(id, m)
+		if err != nil {
+			s.quarantine(id, err)
+			return err
+		}
+		if err := s.deliver(id, chain, recs, from, fn); err != nil {
+			return err
+		}
+		next = m.Sequence + 1
+		return nil
+	}
+	if n := s.opts.ConsumerReadMin; n > 0 && first >= uint64(n) {
+		if err := s.readConsumer(ctx, st, subj, last.Sequence, each); err != nil {
+			return err
+		}
+	}
 	for {
 		gctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 		m, err := st.GetMsg(gctx, next, jetstream.WithGetMsgSubject(subj))
@@ -538,30 +560,74 @@ func (s *Store) Read(ctx context.Context, id string, from uint64, fn func(sessio
 		if s.closed.Load() {
 			return store.ErrClosed
 		}
-		found = true
-		next = m.Sequence + 1
-		recs, err := decodeMsg(id, m)
-		if err != nil {
+		if err := each(m); err != nil {
+			return err
+		}
+	}
+	if next == 1 {
+		return store.ErrNotFound // purged since its last message was read
+	}
+	return nil
+}
+
+// deliver checks recs against chain and hands those from from on to fn.
+func (s *Store) deliver(id string, chain *record.Chain, recs []session.Record, from uint64, fn func(session.Record) error) error {
+	for _, r := range recs {
+		if err := chain.Next(r); err != nil {
 			s.quarantine(id, err)
 			return err
 		}
-		for _, r := range recs {
-			if err := chain.Next(r); err != nil {
-				s.quarantine(id, err)
-				return err
-			}
-			if r.Seq < from {
-				continue
-			}
-			if err := fn(r); err != nil {
-				return err
-			}
+		if r.Seq < from {
+			continue
+		}
+		if err := fn(r); err != nil {
+			return err
 		}
 	}
-	if !found {
-		return store.ErrNotFound
-	}
 	return nil
+}
+
+// readConsumer hands each of the subject's messages up to stream sequence
+// through to each, in order, from an ordered consumer (fetched in
+// batches), and deletes the consumer. An error of each is returned; a
+// failure of the consumer is not (Read goes on with one request per
+// message from where it stopped).
+func (s *Store) readConsumer(ctx context.Context, st jetstream.Stream, subj string, through uint64, each func(*jetstream.RawStreamMsg) error) error {
+	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	cons, err := st.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subj}, InactiveThreshold: s.opts.Timeout,
+	})
+	if err != nil {
+		return nil
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Timeout)
+		defer cancel()
+		_ = st.DeleteConsumer(dctx, cons.CachedInfo().Name)
+	}()
+	for {
+		batch, err := cons.Fetch(256, jetstream.FetchContext(cctx))
+		if err != nil {
+			return nil
+		}
+		for m := range batch.Messages() {
+			md, err := m.Metadata()
+			if err != nil {
+				return nil
+			}
+			raw := &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: md.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: md.Timestamp}
+			if err := each(raw); err != nil {
+				return err
+			}
+			if md.Sequence.Stream >= through {
+				return nil
+			}
+		}
+		if batch.Error() != nil {
+			return nil
+		}
+	}
 }
 
 // LastSeq implements store.Store.
