@@ -595,9 +595,14 @@ func (s *Store) deliver(id string, chain *record.Chain, recs []session.Record, f
 func (s *Store) readConsumer(ctx context.Context, st jetstream.Stream, subj string, through uint64, each func(*jetstream.RawStreamMsg) error) error {
 	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	cons, err := st.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{
+	// Creating a consumer goes through the JetStream meta leader, which
+	// the per-message reads do not need: while it is being elected, fall
+	// back soon.
+	mctx, mcancel := context.WithTimeout(cctx, min(s.opts.Timeout, time.Second))
+	cons, err := st.OrderedConsumer(mctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{subj}, InactiveThreshold: s.opts.Timeout,
 	})
+	mcancel()
 	if err != nil {
 		return nil
 	}
