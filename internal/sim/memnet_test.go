@@ -31,6 +31,7 @@ const memBufCap = 2048
 
 type memBuf struct {
 	mu      sync.Mutex
+	limit   int // capacity: memBufCap unless set smaller
 	cond    *sync.Cond
 	b       []byte
 	closed  bool // no more writes: the reader takes what is buffered, then EOF
@@ -40,7 +41,7 @@ type memBuf struct {
 }
 
 func newMemBuf() *memBuf {
-	m := &memBuf{}
+	m := &memBuf{limit: memBufCap}
 	m.cond = sync.NewCond(&m.mu)
 	return m
 }
@@ -50,13 +51,13 @@ func (m *memBuf) write(p []byte) (int, error) {
 	defer m.mu.Unlock()
 	n := 0
 	for n < len(p) {
-		for len(m.b) >= memBufCap && !m.closed {
+		for len(m.b) >= m.limit && !m.closed {
 			m.cond.Wait()
 		}
 		if m.closed {
 			return n, net.ErrClosed
 		}
-		k := min(len(p)-n, memBufCap-len(m.b))
+		k := min(len(p)-n, m.limit-len(m.b))
 		m.b = append(m.b, p[n:n+k]...)
 		n += k
 		m.cond.Broadcast()

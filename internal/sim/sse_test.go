@@ -48,6 +48,12 @@ import (
 // counts are never traced and its ids never become a cursor; what it
 // received is checked all the same.
 
+// sseBufCap is the capacity of an SSE connection's buffer towards its
+// client: smaller than one envelope event, so that a stalled client backs
+// the handler's writes up at its first event (the WebSocket connections
+// keep memBufCap: their writer has its own queue behind it).
+const sseBufCap = 256
+
 // sseEvent is one dispatched event as the client parsed it.
 type sseEvent struct {
 	name   string // "" (an envelope), "end", "superseded", "error", or "bad: ..."
@@ -82,11 +88,13 @@ type sseFeed struct {
 }
 
 // sseStats counts what the SSE feeds exercised (the run's last line).
-type sseStats struct{ feeds, resumed, fromZero, beyond, noContent, refused, superseded, stalls int }
+type sseStats struct {
+	feeds, resumed, fromZero, beyond, noContent, refused, superseded, murky, stalls int
+}
 
 func (s sseStats) String() string {
-	return fmt.Sprintf("%d SSE feeds: %d resumed (%d from 0, %d beyond the end), %d answered 204, %d refused, %d superseded, %d stalls",
-		s.feeds, s.resumed, s.fromZero, s.beyond, s.noContent, s.refused, s.superseded, s.stalls)
+	return fmt.Sprintf("%d SSE feeds: %d resumed (%d from 0, %d beyond the end), %d answered 204, %d refused, %d superseded, %d superseded while stalled, %d stalls",
+		s.feeds, s.resumed, s.fromZero, s.beyond, s.noContent, s.refused, s.superseded, s.murky, s.stalls)
 }
 
 // live: f may still receive something the checks wait for.
@@ -104,7 +112,7 @@ func (f *sseFeed) pending() bool {
 // actSSE is the SSE feeds' step: the seed picks one of their actions.
 func (w *world) actSSE() {
 	switch n := w.pick(20); {
-	case n < 6:
+	case n < 5:
 		w.sseNew()
 	case n < 9:
 		w.sseStall()
@@ -119,16 +127,16 @@ func (w *world) actSSE() {
 	}
 }
 
-func (w *world) sseNew() {
+func (w *world) sseNew() *sseFeed {
 	s := w.openSession()
 	if s == nil || w.chance(15) {
 		s = w.anySession()
 	}
 	if s == nil {
-		return
+		return nil
 	}
 	who := w.attachWho(s)
-	w.openFeed(s, who, "none")
+	return w.openFeed(s, who, "none")
 }
 
 // sseResume opens a feed of the session and caller of an earlier one:
@@ -137,7 +145,7 @@ func (w *world) sseNew() {
 // one still live, from the latest id it received (both stay live).
 func (w *world) sseResume(live bool) {
 	var cands []*sseFeed
-	ended := w.chance(15) // sometimes one whose session ended (204, or the rest and the end)
+	ended := w.chance(40) // often one whose session ended (204, or the rest and the end)
 	for _, f := range w.feeds {
 		if f.murky || f.stalled && !f.dropped {
 			continue
@@ -236,6 +244,7 @@ func (w *world) openFeed(s *simSession, who coord.Identity, cursor string) *sseF
 		c, err := lis.dial(ctx, n, a)
 		if err == nil {
 			mc = c.(*memConn)
+			mc.rx.set(func(m *memBuf) { m.limit = sseBufCap })
 		}
 		return c, err
 	}}}
@@ -450,8 +459,11 @@ func (w *world) pickFeed(ok func(*sseFeed) bool) *sseFeed {
 func (w *world) sseStall() {
 	f := w.pickFeed(func(f *sseFeed) bool { return !f.stalled && f.live() })
 	if f == nil {
-		w.sseNew()
-		return
+		// None to stall: open one (mostly of a live session) and stall
+		// it once it has everything.
+		if f = w.sseNew(); f == nil || !f.live() {
+			return
+		}
 	}
 	f.stalled = true
 	f.mc.stall(true)
@@ -462,7 +474,7 @@ func (w *world) sseStall() {
 func (w *world) sseUnstall() {
 	f := w.pickFeed(func(f *sseFeed) bool { return f.stalled })
 	if f == nil {
-		w.sseNew()
+		w.sseStall()
 		return
 	}
 	f.stalled = false
@@ -513,6 +525,9 @@ func (w *world) supersedeFeeds(s *simSession, who coord.Identity) {
 	for _, f := range w.feeds {
 		if f.s == s && f.who.Sender == who.Sender && f.live() && !f.superseded {
 			f.superseded, f.murky = true, f.stalled
+			if f.murky {
+				w.sseStats.murky++
+			}
 		}
 	}
 }
