@@ -77,6 +77,7 @@ var actions = []action{
 	{"followrace", 4, (*world).actFollowRace},
 	{"expiryrace", 3, (*world).actExpiryRace},
 	{"attach", 12, (*world).actAttach},
+	{"sse", 10, (*world).actSSE},
 }
 
 func (w *world) chooseAction() action {

@@ -107,6 +107,9 @@ func (w *world) stopAPI() {
 	for _, c := range w.conns {
 		c.drop()
 	}
+	for _, f := range w.feeds {
+		f.drop()
+	}
 	a := w.api
 	_ = a.lis.Close()
 	_ = a.hs.Close()
@@ -121,6 +124,9 @@ func (w *world) stopAPI() {
 	w.api = nil
 	for _, at := range w.atts {
 		at.dead = true
+	}
+	for _, f := range w.feeds {
+		f.dead = true
 	}
 }
 
@@ -499,7 +505,7 @@ func (w *world) resume(s *simSession, who coord.Identity, sc *simConn, cursor st
 	// with the cursor and carrying a later state).
 	var park *parkPoint
 	if n := uint64(len(w.history(s.id))); n > after && n-after <= replayWindow && s.mode == decision.ModeID &&
-		s.started && !s.terminal && s.status == session.Open && w.chance(40) {
+		s.started && !s.terminal && s.status == session.Open && !w.hasLiveFeed(s, who) && w.chance(40) {
 		park = newParkPoint("catch-up")
 		w.pst.arm(s.id, after+1, park)
 	}
@@ -547,12 +553,14 @@ func (w *world) resume(s *simSession, who coord.Identity, sc *simConn, cursor st
 	case cursor != "none":
 		w.attStats.fromEnvelope++
 	}
-	// The same caller's other live attachments to s are superseded.
+	// The same caller's other live attachments to s are superseded, and
+	// so are its SSE feeds of s.
 	for _, o := range w.atts {
 		if o != a && o.s == s && o.who.Sender == who.Sender && !o.dead && o.ended == "" && !o.conn.dropped {
 			o.superseded = true
 		}
 	}
+	w.supersedeFeeds(s, who)
 	hist := w.history(s.id)
 	// The replay window counts records: beyond it, the attachment starts
 	// at the end and nothing missed is replayed.

@@ -178,6 +178,7 @@ func (w *world) settle() {
 		w.catchUp(f)
 	}
 	w.settleAttachments()
+	w.settleFeeds()
 }
 
 // inspect reads a session's durable state: status, next expiry (0: none).
@@ -388,6 +389,7 @@ func (w *world) final() {
 	w.settle()
 	w.recheckFollowers()
 	w.recheckAttachments()
+	w.recheckFeeds()
 	results := make(map[string]verify.SessionResult)
 	ok, failed, err := verify.Verify(w.ctx, w.st, w.modes, w.lim, func(r verify.SessionResult) { results[r.SessionID] = r })
 	if err != nil {
@@ -419,6 +421,6 @@ func (w *world) final() {
 	if ok != started {
 		w.fail("verify: %d sessions verified, %d started", ok, started)
 	}
-	w.logf("end: %d sessions, %d followers, %d attachments on %d connections (%s), %d crashes, %d disk faults, %d held syncs, %d policies, simulated %s",
-		started, len(w.followers), len(w.atts), len(w.conns), w.attStats, w.crashes, w.faults, w.heldSyncs, len(w.policies), w.clk.Now().Sub(epoch))
+	w.logf("end: %d sessions, %d followers, %d attachments on %d connections (%s), %s, %d crashes, %d disk faults, %d held syncs, %d policies, simulated %s",
+		started, len(w.followers), len(w.atts), len(w.conns), w.attStats, w.sseStats, w.crashes, w.faults, w.heldSyncs, len(w.policies), w.clk.Now().Sub(epoch))
 }

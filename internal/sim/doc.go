@@ -48,6 +48,22 @@
 // is a function of the seed after quiescence is traced: not which
 // intermediate state notifications were sent (states are coalesced).
 //
+// SSE feeds (sse_test.go): the same listener's session SSE route
+// (GET /macp/session/{id}/events), requested by simulated EventSource
+// clients, one in-memory connection each, whose buffer towards the
+// client is smaller than one event, so a stalled client backs the
+// handler's writes up. The seed draws: open a feed, stall it, let it read
+// again, drop it, resume from Last-Event-ID and/or ?after_sequence= (the
+// last id received, another one, 0, beyond the end), open a second live
+// feed; a session/resume of the same caller supersedes its feeds. The
+// checks (after every step, in arrival order): the answer (refused, 204
+// for a terminal session with nothing after the cursor, else 200 and
+// its start headers), ids unique and increasing above the resume point,
+// the envelopes exactly the history after it, end and superseded last
+// with the last id sent, and after a crash, everything received still in
+// the history. A feed superseded while stalled may report either end,
+// so its counts are left out of the trace.
+//
 // TestSimBudget (budget_test.go) simulates the stream budget
 // (internal/streambudget) on its own: simulated streams charge, hand on,
 // release, drop and close, and Acquire calls wait, are cancelled and stall

@@ -19,8 +19,10 @@ import (
 // so a client that does not read backs the server's writer up within a
 // few messages); a read waits while its buffer is empty or, on the
 // client's side, while the client is stalled: a stalled client takes no
-// byte, whatever is buffered, so what it received is exactly what it had
-// taken when the stall began. Deadlines in the future are ignored (no
+// byte, whatever is buffered, and does not see the server close the
+// connection either (an SSE response that ended) until it reads again,
+// so what it received is exactly what it had taken when the stall
+// began. Deadlines in the future are ignored (no
 // wall-clock timeout may decide anything); a read deadline in the past
 // wakes a waiting read with a timeout, which net/http needs to hijack a
 // connection (it aborts its background read that way).
@@ -29,15 +31,17 @@ const memBufCap = 2048
 
 type memBuf struct {
 	mu      sync.Mutex
+	limit   int // capacity: memBufCap unless set smaller
 	cond    *sync.Cond
 	b       []byte
-	closed  bool
-	stalled bool // the reader takes nothing (client side only)
+	closed  bool // no more writes: the reader takes what is buffered, then EOF
+	gone    bool // the reader's own end closed: its reads fail at once
+	stalled bool // the reader takes nothing, not even a close (client side only)
 	expired bool // a read deadline in the past
 }
 
 func newMemBuf() *memBuf {
-	m := &memBuf{}
+	m := &memBuf{limit: memBufCap}
 	m.cond = sync.NewCond(&m.mu)
 	return m
 }
@@ -47,13 +51,13 @@ func (m *memBuf) write(p []byte) (int, error) {
 	defer m.mu.Unlock()
 	n := 0
 	for n < len(p) {
-		for len(m.b) >= memBufCap && !m.closed {
+		for len(m.b) >= m.limit && !m.closed {
 			m.cond.Wait()
 		}
 		if m.closed {
 			return n, net.ErrClosed
 		}
-		k := min(len(p)-n, memBufCap-len(m.b))
+		k := min(len(p)-n, m.limit-len(m.b))
 		m.b = append(m.b, p[n:n+k]...)
 		n += k
 		m.cond.Broadcast()
@@ -64,14 +68,16 @@ func (m *memBuf) write(p []byte) (int, error) {
 func (m *memBuf) read(p []byte) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for (len(m.b) == 0 || m.stalled) && !m.closed && !m.expired {
+	for !m.gone && !m.expired && (m.stalled || len(m.b) == 0 && !m.closed) {
 		m.cond.Wait()
 	}
 	switch {
+	case m.gone:
+		return 0, net.ErrClosed
 	case m.expired:
 		return 0, os.ErrDeadlineExceeded
-	case m.closed && (len(m.b) == 0 || m.stalled):
-		return 0, io.EOF
+	case len(m.b) == 0:
+		return 0, io.EOF // the peer closed and everything was taken
 	}
 	n := copy(p, m.b)
 	m.b = m.b[n:]
@@ -107,9 +113,9 @@ func (c *memConn) LocalAddr() net.Addr         { return c.local }
 func (c *memConn) RemoteAddr() net.Addr        { return c.remote }
 
 // Close closes both directions (the peer reads EOF once it took what was
-// buffered, and its writes fail).
+// buffered, after a stall if it is stalled, and its writes fail).
 func (c *memConn) Close() error {
-	c.rx.set(func(m *memBuf) { m.closed = true })
+	c.rx.set(func(m *memBuf) { m.closed, m.gone = true, true })
 	c.tx.set(func(m *memBuf) { m.closed = true })
 	return nil
 }

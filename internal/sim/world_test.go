@@ -89,6 +89,10 @@ type world struct {
 	atts     []*simAttach
 	attStats attStats
 	states   map[string]map[uint64]any // session -> record seq -> its metadata, as the harness saw it
+
+	// SSE feeds (sse_test.go).
+	feeds    []*sseFeed
+	sseStats sseStats
 }
 
 // simSession is the clients' model of one session id.
@@ -252,6 +256,7 @@ func (w *world) afterRecovery() {
 	}
 	w.recheckFollowers()
 	w.recheckAttachments()
+	w.recheckFeeds()
 	w.settle()
 }
 
