@@ -794,6 +794,19 @@ func (w *world) settleAttachments() {
 	}
 }
 
+// historyEnd describes a session's history: its length, whether it ended,
+// and the sequence number of its last record holding an envelope (0: none).
+func historyEnd(hist []session.Record) (last uint64, over bool, lastEnvRec uint64) {
+	last = uint64(len(hist))
+	over = last > 0 && hist[last-1].Status.Terminal()
+	for i := len(hist); i > 0; i-- {
+		if hist[i-1].Envelope != nil {
+			return last, over, uint64(i)
+		}
+	}
+	return last, over, 0
+}
+
 // settleAttach waits until a has everything it must get by now (unless
 // its connection is stalled or gone), then checks what it got:
 //
@@ -802,15 +815,7 @@ func (w *world) settleAttachments() {
 //   - otherwise: every envelope of the history after its start, and the
 //     latest state it knows is the session's current state.
 func (w *world) settleAttach(a *simAttach, hist []session.Record) {
-	last := uint64(len(hist))
-	over := last > 0 && hist[last-1].Status.Terminal()
-	lastEnvRec := uint64(0)
-	for i := len(hist); i > 0; i-- {
-		if hist[i-1].Envelope != nil {
-			lastEnvRec = uint64(i)
-			break
-		}
-	}
+	last, over, lastEnvRec := historyEnd(hist)
 	cur := w.states[a.s.id][last]
 	if a.live() && !a.conn.stalled {
 		done := func() bool {

@@ -555,15 +555,7 @@ func (w *world) settleFeeds() {
 // otherwise every envelope of the history after its start. Then it
 // checks what came.
 func (w *world) settleFeed(f *sseFeed, hist []session.Record) {
-	last := uint64(len(hist))
-	over := last > 0 && hist[last-1].Status.Terminal()
-	lastEnvRec := uint64(0)
-	for i := len(hist); i > 0; i-- {
-		if hist[i-1].Envelope != nil {
-			lastEnvRec = uint64(i)
-			break
-		}
-	}
+	last, over, lastEnvRec := historyEnd(hist)
 	if f.live() && !f.stalled {
 		done := func() bool {
 			f.mu.Lock()
