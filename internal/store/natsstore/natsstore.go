@@ -80,11 +80,11 @@ type Options struct {
 	ConsumerReadMin int
 }
 
-// DefaultConsumerReadMin: a consumer costs about as much as 25-30
-// requests (created, fetched, deleted: three JetStream round trips, two of
-// them through the meta leader), so shorter sessions are read one message
-// at a time (BenchmarkReadLongSession).
-const DefaultConsumerReadMin = 32
+// DefaultConsumerReadMin: a consumer costs about as much as 15 requests
+// (created, fetched, deleted: three JetStream round trips, two of them
+// through the meta leader), so shorter sessions are read one message at
+// a time (BenchmarkReadLongSession).
+const DefaultConsumerReadMin = 16
 
 // DefaultPartitions is the number of history streams of a new deployment
 // when Options.Partitions is 0.
@@ -588,10 +588,12 @@ func (s *Store) deliver(id string, chain *record.Chain, recs []session.Record, f
 }
 
 // readConsumer hands each of the subject's messages up to stream sequence
-// through to each, in order, from an ordered consumer (fetched in
-// batches), and deletes the consumer. An error of each is returned; a
-// failure of the consumer is not (Read goes on with one request per
-// message from where it stopped).
+// through to each, in order, from an ephemeral pull consumer (no acks, in
+// memory, one replica; fetched in batches), and deletes the consumer. An
+// error of each is returned; a failure of the consumer is not (Read goes
+// on with one request per message from where it stopped). Not an ordered
+// consumer: its Fetch recreates the consumer each time, retrying without
+// a bound while the meta leader is away.
 func (s *Store) readConsumer(ctx context.Context, st jetstream.Stream, subj string, through uint64, each func(*jetstream.RawStreamMsg) error) error {
 	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
@@ -599,8 +601,9 @@ func (s *Store) readConsumer(ctx context.Context, st jetstream.Stream, subj stri
 	// the per-message reads do not need: while it is being elected, fall
 	// back soon.
 	mctx, mcancel := context.WithTimeout(cctx, min(s.opts.Timeout, time.Second))
-	cons, err := st.OrderedConsumer(mctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subj}, InactiveThreshold: s.opts.Timeout,
+	cons, err := st.CreateConsumer(mctx, jetstream.ConsumerConfig{
+		FilterSubject: subj, DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: jetstream.AckNonePolicy,
+		MemoryStorage: true, Replicas: 1, InactiveThreshold: s.opts.Timeout,
 	})
 	mcancel()
 	if err != nil {

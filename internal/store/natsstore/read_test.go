@@ -114,7 +114,7 @@ func TestReadLongSessionThroughConsumer(t *testing.T) {
 	}
 }
 
-// BenchmarkReadLongSession reads a session of 8, 32 and 100 records, one
+// BenchmarkReadLongSession reads a session of 8, 16, 32 and 100 records, one
 // message each, from a three-server R3 cluster through a consumer and
 // with one request per message, alternating (the default switches to the
 // consumer at DefaultConsumerReadMin records). ns/op is the pair; the
@@ -130,7 +130,7 @@ func BenchmarkReadLongSession(b *testing.B) {
 		return s
 	}
 	cons, perMsg := open(1), open(-1)
-	for _, n := range []uint64{8, 32, 100} {
+	for _, n := range []uint64{8, 16, 32, 100} {
 		id := fmt.Sprintf("l%d", n)
 		appendOneByOne(b, cons, id, n)
 		read := func(s store.Store) {
