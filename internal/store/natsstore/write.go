@@ -175,7 +175,7 @@ func (s *Store) place(ctx context.Context, p *part) error {
 		}
 		if _, ok := s.fenced[p.id]; ok {
 			s.mu.Unlock()
-			return fmt.Errorf("%w: session %s: an earlier append of the session failed and the session was not read again since", store.ErrConflict, p.id)
+			return fmt.Errorf("%w: session %s: an earlier append of the session failed and the session was not rebuilt from the store since (Unfence)", store.ErrConflict, p.id)
 		}
 		if pd, ok := s.pend[p.id]; ok {
 			s.mu.Unlock()
