@@ -208,8 +208,27 @@ func runCrash(t *testing.T, variant string, seed int64, rounds []round) {
 		ctlEntries = controlLoad(ctlCtx, ctlCl, uint64(seed), 2)
 	}()
 
+	// Each incarnation leaves one session SUSPENDED before its round's
+	// kill can come, so recovery under each profile has one to restore
+	// whatever the schedule (the control scripts leave some too, but short
+	// rounds can give a profile's incarnations no time for one).
+	var pinned []loadgen.Acked
+	pinSuspended := func() {
+		logAck := func(sid, mid string) {
+			pinned = append(pinned, loadgen.Acked{SessionID: sid, MessageID: mid, Stream: "control-pinned", Line: len(pinned) + 1})
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for !playScript(context.Background(), ctlCl, []step{stepSuspend}, logAck) {
+			if time.Now().After(deadline) {
+				t.Fatalf("incarnation %d: no session started and suspended in 20s", d.incarnation())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
 	var lastRestart time.Time
 	for i, r := range rounds {
+		pinSuspended()
 		t0 := time.Now()
 		before := tr.total.Load()
 		timedOut := false
@@ -248,6 +267,7 @@ func runCrash(t *testing.T, variant string, seed int64, rounds []round) {
 		t.Logf("round %d %-36s killed %6.0fms into the round after %4d acks%s; serving again in %v", i+1, r, float64(upFor)/1e6, acks, note, recovery.Round(time.Millisecond))
 	}
 
+	pinSuspended()
 	// Some load after the last restart, then stop it.
 	after := tr.total.Load()
 	for deadline := time.Now().Add(10 * time.Second); tr.total.Load()-after < 100 && time.Now().Before(deadline); {
@@ -304,6 +324,7 @@ func runCrash(t *testing.T, variant string, seed int64, rounds []round) {
 	}
 	entries = append(entries, postEntries...)
 	entries = append(entries, ctlEntries...)
+	entries = append(entries, pinned...)
 
 	f, views := checkOnline(ctx, cl, tr, entries, d.profileOf)
 
