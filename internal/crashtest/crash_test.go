@@ -208,27 +208,31 @@ func runCrash(t *testing.T, variant string, seed int64, rounds []round) {
 		ctlEntries = controlLoad(ctlCtx, ctlCl, uint64(seed), 2)
 	}()
 
-	// Each incarnation leaves one session SUSPENDED before its round's
-	// kill can come, so recovery under each profile has one to restore
-	// whatever the schedule (the control scripts leave some too, but short
-	// rounds can give a profile's incarnations no time for one).
+	// Before its round's kill can come, each incarnation leaves one
+	// session SUSPENDED and takes another through suspend, resume and
+	// cancel, so every control call and end state the checks below ask
+	// for exists under each profile whatever the schedule (the control
+	// scripts cover them too, but short rounds can give a profile's
+	// incarnations no time for them).
 	var pinned []loadgen.Acked
-	pinSuspended := func() {
+	pinControls := func() {
 		logAck := func(sid, mid string) {
 			pinned = append(pinned, loadgen.Acked{SessionID: sid, MessageID: mid, Stream: "control-pinned", Line: len(pinned) + 1})
 		}
-		deadline := time.Now().Add(20 * time.Second)
-		for !playScript(context.Background(), ctlCl, []step{stepSuspend}, logAck) {
-			if time.Now().After(deadline) {
-				t.Fatalf("incarnation %d: no session started and suspended in 20s", d.incarnation())
+		for _, script := range [][]step{{stepSuspend}, {stepSuspend, stepResume, stepCancel}} {
+			deadline := time.Now().Add(20 * time.Second)
+			for !playScript(context.Background(), ctlCl, script, logAck) {
+				if time.Now().After(deadline) {
+					t.Fatalf("incarnation %d: control script %v not acked in 20s", d.incarnation(), script)
+				}
+				time.Sleep(20 * time.Millisecond)
 			}
-			time.Sleep(20 * time.Millisecond)
 		}
 	}
 
 	var lastRestart time.Time
 	for i, r := range rounds {
-		pinSuspended()
+		pinControls()
 		t0 := time.Now()
 		before := tr.total.Load()
 		timedOut := false
@@ -267,7 +271,7 @@ func runCrash(t *testing.T, variant string, seed int64, rounds []round) {
 		t.Logf("round %d %-36s killed %6.0fms into the round after %4d acks%s; serving again in %v", i+1, r, float64(upFor)/1e6, acks, note, recovery.Round(time.Millisecond))
 	}
 
-	pinSuspended()
+	pinControls()
 	// Some load after the last restart, then stop it.
 	after := tr.total.Load()
 	for deadline := time.Now().Add(10 * time.Second); tr.total.Load()-after < 100 && time.Now().Before(deadline); {
@@ -307,7 +311,12 @@ func runCrash(t *testing.T, variant string, seed int64, rounds []round) {
 	defer closer.Close()
 	// Sessions left OPEN by a crash still take envelopes after recovery,
 	// continuing their sequence and hash chain.
-	postEntries, continued := continueSessions(t, ctx, cl, tr, lastRestart)
+	// The pinned sessions stay as they were left.
+	keep := make(map[string]bool)
+	for _, e := range pinned {
+		keep[e.SessionID] = true
+	}
+	postEntries, continued := continueSessions(t, ctx, cl, tr, lastRestart, keep)
 
 	var entries []loadgen.Acked
 	for _, l := range all {
@@ -396,14 +405,14 @@ func runCrash(t *testing.T, variant string, seed int64, rounds []round) {
 // continueSessions sends one more envelope into up to 20 sessions that are
 // OPEN and were started before the last restart: a Commitment where the
 // session has a proposal, else a Proposal; and resumes up to 10 that are
-// SUSPENDED. Each must be accepted. It returns acked-log entries for the
-// envelopes and how many were sent.
-func continueSessions(t *testing.T, ctx context.Context, cl macpv1.MACPRuntimeServiceClient, tr *tracker, lastRestart time.Time) ([]loadgen.Acked, int) {
+// SUSPENDED, leaving out the sessions in keep. Each must be accepted. It
+// returns acked-log entries for the envelopes and how many were sent.
+func continueSessions(t *testing.T, ctx context.Context, cl macpv1.MACPRuntimeServiceClient, tr *tracker, lastRestart time.Time, keep map[string]bool) ([]loadgen.Acked, int) {
 	t.Helper()
 	_, order, _ := tr.snapshot()
 	var cands []string
 	for _, rec := range order {
-		if rec.typ == sdk.TypeSessionStart && rec.out == acked && rec.end.Before(lastRestart) {
+		if rec.typ == sdk.TypeSessionStart && rec.out == acked && rec.end.Before(lastRestart) && !keep[rec.sid] {
 			cands = append(cands, rec.sid)
 		}
 	}

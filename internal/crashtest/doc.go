@@ -24,9 +24,11 @@
 // 2026-04 session EXPIRED, a latest one CANCELLED), the profile being that
 // of the incarnation that answered the SessionStart, also in the stored
 // start record; ListOpen lists exactly the OPEN and SUSPENDED sessions;
-// sessions left SUSPENDED by a crash resume after recovery; each
-// incarnation leaves one session SUSPENDED before its kill can come, so
-// both profiles end with one whatever the kill schedule. Every session
+// sessions left SUSPENDED by a crash resume after recovery. Before its
+// kill can come, each incarnation leaves one session SUSPENDED and takes
+// one through suspend, resume and cancel (the resumptions after recovery
+// leave these alone), so both profiles have every control call and end
+// state whatever the kill schedule. Every session
 // is started by p1, a declared participant, so its Proposals are accepted
 // under both profiles.
 //
